@@ -1,0 +1,171 @@
+/*
+ * format.h - the ftsbx journal on disk. This header is the specification; the
+ * writer (writer.c), the reader (reader.c) and every test follow it.
+ *
+ * A *session* is one directory holding everything one wrapped agent and all
+ * its descendants changed. A *transaction* (txn) is the unit of rewind.
+ *
+ *   SESSION/
+ *     session            file header + one J_SESSION record (who, when, argv)
+ *     seq                shared counters: 4096 bytes, mmap(MAP_SHARED); u64 at
+ *                        offset 0 is the next sequence number, u64 at offset 8
+ *                        the next transaction id. Both only grow (atomic add).
+ *     log/S-PID.ftj      one append-only segment per writer (process, or
+ *                        txreplay's own marks); S is the segment's first seq.
+ *     objects/S.gz       a large pre-image, gzip framed (zcat reads it)
+ *     objects/S.ino      a preserved inode: a hard link to a removed file
+ *
+ * Every file (session and segments) opens with a 32-byte file header:
+ *
+ *     0  magic    "FTSBXJNL"
+ *     8  u16      version      (J_VERSION; a reader refuses any other)
+ *    10  u16      kind         (J_KIND_SESSION or J_KIND_SEGMENT)
+ *    12  u32      incompat     feature bits a reader must know (none yet)
+ *    16  u8[12]   salt         the session's random salt (copied into segments)
+ *    28  u32      crc32c       of bytes 0..27
+ *
+ * followed by records. All integers are little-endian. A record is framed:
+ *
+ *     0  u32      crc          masked crc32c, seeded with the salt, of bytes 4..(8+len)
+ *     4  u32      len          length of the body that follows (J_REC_MIN..J_REC_MAX)
+ *     8  body:
+ *        u8       type         J_* below
+ *        u8       flags        JR_* below
+ *        u16      nfields
+ *        u32      txn          transaction id (0: none)
+ *        u64      seq          global sequence number (unique in the session)
+ *        i64      time         CLOCK_REALTIME, nanoseconds
+ *        fields   nfields x { u16 tag, u32 n, u8 value[n] }
+ *        u8[32]   link         chain link (below)
+ *
+ * The crc is masked (rotated right 15 bits plus a constant, as LevelDB does)
+ * so that a record which stores crcs does not confuse the framing, and seeded
+ * with the salt so that a stale or zero-filled block never validates.
+ *
+ * Hash chain (tamper evidence). Each segment carries a running BLAKE2b-256
+ * chain: link[0] = H(salt || file header), link[i] = H(link[i-1] || body of
+ * record i without its link). A record edited, removed or reordered after the
+ * fact breaks the chain from that record on, even when its crc was recomputed.
+ * A writer running our own code could forge a consistent chain; the chain heads
+ * are therefore also reported (txreplay verify) to be kept outside the agent's
+ * reach.
+ *
+ * Ordering. Sequence numbers come from the shared counter (an atomic add, no
+ * lock). A record's seq is taken before the change it undoes, so the order of
+ * seqs is the order of changes. Within a segment seqs usually grow (a
+ * pre-image stored in objects/ takes its seq before the record is appended,
+ * so another thread's record may come between); the reader sorts all records
+ * of all segments by seq. Gaps are legal (a process killed between taking a
+ * number and writing). Duplicates are damage.
+ *
+ * Torn tails. A writer appends each record with one write(2) (O_APPEND). A
+ * process killed mid-write leaves a short or corrupt tail: a reader reports
+ * it with segment and offset, ignores the rest of that segment, and yields
+ * every intact record before it. Records are never rewritten in place.
+ *
+ * Versioning. J_VERSION changes only for incompatible layout changes, and a
+ * reader refuses other versions. Record types below 128 must be understood
+ * (an unknown one is refused: "written by a newer ftsbx"); types 128 and up
+ * may be skipped by readers that do not know them. Unknown field tags are
+ * skipped.
+ *
+ * Undo before do (DESIGN.md invariant 1): the record that undoes a change is
+ * written (and fsynced when the session is durable) before the change.
+ */
+#ifndef FTSBX_JOURNAL_FORMAT_H
+#define FTSBX_JOURNAL_FORMAT_H
+
+#include <stdint.h>
+
+#define J_MAGIC         "FTSBXJNL"
+#define J_VERSION       1
+#define J_KIND_SESSION  1
+#define J_KIND_SEGMENT  2
+#define J_FILE_HDR      32
+#define J_SALT_LEN      12
+#define J_LINK_LEN      32
+#define J_FRAME_HDR     8               /* crc + len */
+#define J_BODY_FIXED    24              /* type..time */
+#define J_REC_MIN       (J_BODY_FIXED + J_LINK_LEN)
+#define J_REC_MAX       (1u << 28)      /* 256 MiB; larger pre-images go to objects/ */
+#define J_FIELD_HDR     6               /* u16 tag + u32 n */
+#define J_SEQ_FILE_SIZE 4096
+#define J_INLINE_MAX    (256u << 10)    /* pre-images up to this many bytes stay in the record */
+
+/* Record types. Each lists its fields; [opt] marks optional ones. */
+enum jtype {
+	J_SESSION   = 1,  /* ARGV CWD PID UID [HOST] [POLICY]: the session file's only record */
+	J_SEGMENT   = 2,  /* PID PPID [ARGV]: first record of every segment */
+	J_TXN_BEGIN = 3,  /* PID [ARGV] [CWD]: a transaction starts (txn in the header) */
+	J_TXN_END   = 4,  /* PID STATUS (a wait(2) status): a transaction ended */
+	J_EXEC      = 5,  /* PID PPID PATH ARGV CWD: a program was started */
+	J_REFUSE    = 6,  /* OP RULE ERRNO [PATH] [PATH2] [ARGV] [CWD]: a call was refused */
+	/* undo records: each is written before the change it undoes */
+	J_CREATE    = 10, /* PATH: did not exist. Undo: remove what is there. */
+	J_CONTENT   = 11, /* PATH STAT DATA|OBJECT [XATTRS]: bytes and metadata of a
+	                     regular file changed in place. Undo: rewrite the same inode. */
+	J_APPEND    = 12, /* PATH STAT: opened for append; STAT.size is the old size.
+	                     Undo: truncate to it, restore metadata. */
+	J_REMOVE    = 13, /* PATH STAT [INODE|DATA|OBJECT|TARGET] [XATTRS]: the path is about
+	                     to be removed or replaced. Regular files keep their inode
+	                     (INODE: objects/S.ino) or a copy (DATA/OBJECT, other
+	                     filesystem); symlinks their TARGET; directories, fifos,
+	                     sockets and devices are recreated from STAT. */
+	J_RENAME    = 14, /* PATH PATH2 STAT FLAGS: PATH is about to be renamed to PATH2
+	                     (FLAGS: renameat2's); STAT is PATH's. Undo: rename back. */
+	J_META      = 15, /* PATH STAT [XATTRS]: mode, owner, times, xattrs about to
+	                     change. With JR_WEAK: a parent directory's times only. */
+	J_REWOUND   = 16, /* SEQREF: the record SEQREF was undone (written by txreplay) */
+	J_TYPE_MAX  = 16,
+	J_SKIPPABLE = 128 /* types from here on may be skipped by old readers */
+};
+
+/* Record flags. */
+#define JR_WEAK   0x01  /* J_META of a parent directory: no dependency, no drift */
+
+/* Field tags. */
+enum jtag {
+	F_PATH   = 1,  /* bytes: absolute path, no NUL */
+	F_PATH2  = 2,  /* bytes: second absolute path (rename target) */
+	F_ARGV   = 3,  /* bytes: NUL-terminated strings, one after another */
+	F_CWD    = 4,  /* bytes */
+	F_PID    = 5,  /* u32 */
+	F_PPID   = 6,  /* u32 */
+	F_UID    = 7,  /* u32 */
+	F_STAT   = 8,  /* struct jstat */
+	F_DATA   = 9,  /* struct jdata header then the (compressed) bytes */
+	F_OBJECT = 10, /* struct jdata header only: the bytes are in objects/SEQ.gz */
+	F_INODE  = 11, /* u64 dev, u64 ino: the inode kept as objects/SEQ.ino */
+	F_TARGET = 12, /* bytes: symlink target */
+	F_XATTRS = 13, /* repeated { u16 namelen, u32 vallen, name, value } */
+	F_FLAGS  = 14, /* u32 */
+	F_STATUS = 15, /* i32: wait(2) status */
+	F_OP     = 16, /* bytes: operation name, e.g. "unlink", "exec" */
+	F_RULE   = 17, /* bytes: the rule that refused, and why */
+	F_ERRNO  = 18, /* i32 */
+	F_SEQREF = 19, /* u64 */
+	F_HOST   = 20, /* bytes */
+	F_POLICY = 21, /* bytes: hash of the policy in force */
+	F_TAG_MAX = 21
+};
+
+/* F_STAT: the metadata a rewind restores, fixed layout, 80 bytes. */
+struct jstat {
+	uint64_t dev, ino, rdev, size;
+	uint32_t mode, uid, gid, nlink;
+	int64_t  atime_ns, mtime_ns, ctime_ns;
+	uint64_t blocks;               /* 512-byte blocks: tells sparse files apart */
+};
+
+/* F_DATA / F_OBJECT header, 48 bytes; F_DATA's bytes follow it. */
+#define JD_STORED 0     /* the bytes as they were */
+#define JD_ZLIB   1     /* zlib stream (F_DATA) */
+#define JD_GZIP   2     /* gzip file (F_OBJECT) */
+struct jdata {
+	uint32_t method;
+	uint32_t reserved;
+	uint64_t size;                 /* uncompressed size */
+	uint8_t  hash[32];             /* BLAKE2b-256 of the uncompressed bytes */
+};
+
+#endif

@@ -1,0 +1,200 @@
+/*
+ * journal.h - the journal library: writing (session, segment, records,
+ * capture of pre-images), reading, undo and rewind. The format is in
+ * format.h. The library depends on nothing of ours; it uses zlib and
+ * libsodium (BLAKE2b), linked statically into the shim.
+ *
+ * The writing half (session.c, writer.c, capture.c) runs inside hooked host
+ * processes: it never calls malloc or stdio, takes no lock across processes,
+ * and reports failures as a negative errno. It calls libc by its public names;
+ * the shim's re-entrancy guard passes such nested calls straight through.
+ * The reading half (reader.c, undo.c, rewind.c) runs in txreplay and may
+ * allocate.
+ */
+#ifndef FTSBX_JOURNAL_H
+#define FTSBX_JOURNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include "format.h"
+
+/* ---- sessions ------------------------------------------------------- */
+
+#define JS_DURABLE 0x1  /* fsync every record and object: survive power loss */
+
+struct jsession {
+	int dirfd, logfd, objfd;       /* SESSION/, log/, objects/ (O_CLOEXEC) */
+	uint64_t *ctr;                 /* the seq file, mapped shared */
+	uint8_t salt[J_SALT_LEN];
+	uint32_t seed;                 /* crc32c seed derived from the salt */
+	unsigned flags;                /* JS_* */
+};
+
+/* What the session file records about its creator. */
+struct jsession_info {
+	char *const *argv;             /* may be NULL */
+	const char *cwd;               /* may be NULL */
+	const char *policy;            /* policy hash, may be NULL */
+};
+
+/* Open the session in DIR, creating it (and DIR) atomically when absent and
+ * INFO is not NULL. Concurrent creators agree on one session. Returns 0 or
+ * -errno; -EPROTO when DIR holds something that is not a session of ours,
+ * -EPROTONOSUPPORT for another format version. */
+int  jsession_open(struct jsession *s, const char *dir, const struct jsession_info *info);
+void jsession_close(struct jsession *s);
+/* Fresh numbers from the shared counters. */
+uint64_t jsession_next_seq(struct jsession *s);
+uint32_t jsession_next_txn(struct jsession *s);
+
+/* ---- records -------------------------------------------------------- */
+
+/* A record under construction, in a caller-supplied buffer (no malloc). */
+struct jbuild {
+	uint8_t *buf;
+	size_t cap, len;
+	uint16_t nfields;
+	bool overflow;
+};
+
+void jb_init(struct jbuild *b, void *buf, size_t cap, enum jtype type, unsigned flags, uint32_t txn);
+void jb_bytes(struct jbuild *b, enum jtag tag, const void *p, size_t n);
+void jb_str(struct jbuild *b, enum jtag tag, const char *s);
+void jb_u32(struct jbuild *b, enum jtag tag, uint32_t v);
+void jb_u64(struct jbuild *b, enum jtag tag, uint64_t v);
+void jb_argv(struct jbuild *b, enum jtag tag, char *const *argv);
+/* Reserve N bytes of a field's value; returns where to write them, or NULL. */
+void *jb_reserve(struct jbuild *b, enum jtag tag, size_t n);
+/* Shrink the last field (after jb_reserve) to N bytes. */
+void jb_trim_last(struct jbuild *b, size_t n);
+
+/* ---- segments ------------------------------------------------------- */
+
+struct jseg {
+	struct jsession *s;
+	int fd;
+	pid_t pid;
+	uint8_t link[J_LINK_LEN];
+	pthread_mutex_t lock;          /* in-process only: orders seq, chain and write */
+	uint64_t first_seq;
+};
+
+/* Create this process's segment (log/SEQ-PID.ftj) and write its J_SEGMENT
+ * record. ARGV may be NULL. */
+int  jseg_open(struct jseg *g, struct jsession *s, char *const *argv);
+void jseg_close(struct jseg *g);
+/* Stamp B with a fresh seq and the time, frame it, chain it, append it (and
+ * fsync when durable). On success *SEQ (if not NULL) is its seq. A record
+ * that could not be written whole is never left readable as valid. */
+int  jseg_append(struct jseg *g, struct jbuild *b, uint64_t *seq);
+/* The same with the seq taken beforehand (capture.c names objects by it). */
+int  jseg_append_seq(struct jseg *g, struct jbuild *b, uint64_t seq);
+
+/* ---- capture: save the pre-image before a change --------------------- */
+
+/* Each takes an absolute, normalised path and writes the undo record for the
+ * change about to happen. 0 on success, or -errno (nothing may change then). */
+int jcap_create(struct jseg *g, uint32_t txn, const char *path);
+int jcap_content(struct jseg *g, uint32_t txn, const char *path);
+int jcap_append(struct jseg *g, uint32_t txn, const char *path);
+int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
+int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags);
+int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool weak);
+/* The change about to happen to PATH: the right record for its current state
+ * (J_CREATE when absent). */
+enum jcap_op { JC_WRITE, JC_TRUNC, JC_APPEND, JC_REMOVE, JC_META };
+int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op);
+
+/* ---- reading ---------------------------------------------------------- */
+
+struct jfield { const uint8_t *p; uint32_t n; bool present; };
+
+struct jrecord {
+	uint8_t type, flags;
+	uint32_t txn;
+	uint64_t seq;
+	int64_t time_ns;
+	uint32_t pid, ppid;            /* of the segment that holds it */
+	const char *segment;           /* segment file name */
+	uint64_t offset;               /* of the frame in that file */
+	const uint8_t *body;
+	uint32_t len;
+	struct jfield f[F_TAG_MAX + 1];
+};
+
+struct jdamage {
+	char *file;                    /* name relative to the session */
+	uint64_t offset;
+	char *what;
+	bool tail;                     /* a torn tail: what follows is unreadable */
+};
+
+struct jreader {
+	char *dir;
+	int dirfd;
+	struct jrecord session;        /* the session file's record */
+	struct jrecord *rec;           /* every intact record, sorted by seq */
+	size_t nrec;
+	struct jdamage *dmg;
+	size_t ndmg;
+	char **heads;                  /* "SEGMENT HEX" chain heads, one per segment */
+	size_t nheads;
+	void **maps; size_t *maplens; size_t nmaps;
+};
+
+/* Read DIR. Returns 0 with every intact record, damage listed in r->dmg, or
+ * -errno with a message in ERR (missing, not a journal, newer version). */
+int  jreader_open(struct jreader *r, const char *dir, char *err, size_t errlen);
+void jreader_close(struct jreader *r);
+const struct jrecord *jreader_find(const struct jreader *r, uint64_t seq);
+/* Field accessors: false when absent or malformed. */
+bool jrec_u32(const struct jrecord *c, enum jtag t, uint32_t *v);
+bool jrec_u64(const struct jrecord *c, enum jtag t, uint64_t *v);
+bool jrec_stat(const struct jrecord *c, enum jtag t, struct jstat *st);
+/* A NUL-terminated copy of a byte field (malloc'd; NULL when absent). */
+char *jrec_strdup(const struct jrecord *c, enum jtag t);
+const char *jtype_name(unsigned type);
+
+/* Write the pre-image bytes of C (F_DATA or F_OBJECT) to FD; checks the hash.
+ * 0, or -errno (-EBADMSG: damaged) with a message in ERR. */
+int  jrec_content(const struct jreader *r, const struct jrecord *c, int fd, char *err, size_t errlen);
+
+/* ---- undo and rewind -------------------------------------------------- */
+
+#define JW_DRY_RUN 0x1  /* say what would be done, change nothing */
+#define JW_FORCE   0x2  /* undo even over drift */
+#define JW_CASCADE 0x4  /* also rewind later transactions that depend */
+
+struct jrewind_opts {
+	unsigned flags;
+	uint32_t txn;                  /* rewind this transaction (0: see to_seq) */
+	uint64_t to_seq;               /* else rewind every record after this seq */
+	/* called for each line of the report; level 0 info, 1 warning, 2 error */
+	void (*say)(void *ctx, int level, const char *msg);
+	void *ctx;
+};
+
+struct jrewind_stats { size_t undone, skipped, drift, failed, already; };
+
+/* Rewind: select, check dependencies and drift, undo in decreasing seq,
+ * mark each undone record. Returns 0 when everything selected is undone,
+ * 1 when something was refused or failed (reported through say), -errno on
+ * an error that stopped it early. */
+int jrewind(const char *dir, const struct jrewind_opts *o, struct jrewind_stats *st);
+
+/* Undo one record against the filesystem (idempotent). 0 done, 1 already in
+ * the pre-image state, -errno on failure with a message in MSG. */
+int jundo(const struct jreader *r, const struct jrecord *c, char *msg, size_t msglen);
+
+/* ---- helpers shared by both halves ------------------------------------ */
+
+uint32_t jcrc32c(uint32_t crc, const void *p, size_t n);
+void jhash(uint8_t out[32], const void *a, size_t an, const void *b, size_t bn);
+void jstat_from(struct jstat *j, const struct stat *st);
+int64_t jnow_ns(void);
+
+#endif

@@ -1,0 +1,258 @@
+/*
+ * session.c - open or atomically create a session directory: the session
+ * file, the shared counters, log/ and objects/. Creation builds the whole
+ * directory under a temporary name and renames it into place, so that
+ * concurrent creators (the first processes of a wrapped agent) agree on one
+ * session and no reader ever sees half of one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "internal.h"
+
+uint32_t jseed(const uint8_t salt[J_SALT_LEN])
+{
+	return jcrc32c(0x46545342u, salt, J_SALT_LEN);
+}
+
+int jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[J_SALT_LEN])
+{
+	uint16_t version, k;
+	uint32_t crc, incompat;
+
+	if (n < J_FILE_HDR || memcmp(h, J_MAGIC, 8))
+		return -EPROTO;
+	memcpy(&crc, h + 28, 4);
+	if (crc != jcrc32c(0, h, 28))
+		return -EPROTO;
+	memcpy(&version, h + 8, 2);
+	memcpy(&k, h + 10, 2);
+	memcpy(&incompat, h + 12, 4);
+	if (version != J_VERSION || incompat)
+		return -EPROTONOSUPPORT;
+	if (k != kind)
+		return -EPROTO;
+	memcpy(salt, h + 16, J_SALT_LEN);
+	return 0;
+}
+
+/* mkdir -p for the parent of a session directory. */
+static int mkdir_parents(const char *dir)
+{
+	char p[PATH_MAX];
+	size_t n = strlen(dir);
+
+	if (n >= sizeof(p))
+		return -ENAMETOOLONG;
+	memcpy(p, dir, n + 1);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		*s = '/';
+	}
+	return 0;
+}
+
+static int write_file_at(int dfd, const char *name, const void *p, size_t n)
+{
+	int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	err = jwrite_all(fd, p, n);
+	if (!err && fsync(fd) < 0)
+		err = -errno;
+	close(fd);
+	return err;
+}
+
+static void remove_tmp(const char *tmp)
+{
+	char p[PATH_MAX];
+	static const char *const names[] = { "session", "seq", "log", "objects" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", tmp, names[i]);
+		if (unlink(p) < 0)
+			rmdir(p);
+	}
+	rmdir(tmp);
+}
+
+/* Build a complete session under a temporary name beside DIR, then rename it
+ * into place. Losing the race to another creator is success. */
+static int create_session(const char *dir, const struct jsession_info *info)
+{
+	char tmp[PATH_MAX];
+	uint8_t salt[J_SALT_LEN], hdr[J_FILE_HDR], link[J_LINK_LEN];
+	static uint8_t zero[J_SEQ_FILE_SIZE];
+	uint8_t buf[16384];
+	struct jsession s;
+	struct jbuild b;
+	char cwd[PATH_MAX];
+	int dfd = -1, err;
+
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.new.%d", dir, (int)getpid()) >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	err = mkdir_parents(dir);
+	if (err)
+		return err;
+	if (getrandom(salt, sizeof(salt), 0) != (ssize_t)sizeof(salt))
+		return -errno ? -errno : -EIO;
+	remove_tmp(tmp);
+	if (mkdir(tmp, 0700) < 0)
+		return -errno;
+	dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		err = -errno;
+		goto out;
+	}
+	if (mkdirat(dfd, "log", 0700) < 0 || mkdirat(dfd, "objects", 0700) < 0) {
+		err = -errno;
+		goto out;
+	}
+	err = write_file_at(dfd, "seq", zero, sizeof(zero));
+	if (err)
+		goto out;
+	memset(&s, 0, sizeof(s));
+	memcpy(s.salt, salt, sizeof(salt));
+	s.seed = jseed(salt);
+	jfile_header(hdr, salt, J_KIND_SESSION);
+	jchain_start(link, salt, hdr);
+	jb_init(&b, buf + J_FILE_HDR, sizeof(buf) - J_FILE_HDR, J_SESSION, 0, 0);
+	jb_u32(&b, F_PID, (uint32_t)getpid());
+	jb_u32(&b, F_UID, (uint32_t)getuid());
+	jb_argv(&b, F_ARGV, info->argv);
+	if (info->cwd)
+		jb_str(&b, F_CWD, info->cwd);
+	else if (getcwd(cwd, sizeof(cwd)))
+		jb_str(&b, F_CWD, cwd);
+	jb_str(&b, F_POLICY, info->policy);
+	if (gethostname(cwd, sizeof(cwd)) == 0) {
+		cwd[sizeof(cwd) - 1] = 0;
+		jb_str(&b, F_HOST, cwd);
+	}
+	err = jframe(&s, link, &b, 0, jnow_ns());
+	if (err)
+		goto out;
+	memcpy(buf, hdr, J_FILE_HDR);
+	err = write_file_at(dfd, "session", buf, J_FILE_HDR + b.len);
+	if (err)
+		goto out;
+	if (fsync(dfd) < 0) {
+		err = -errno;
+		goto out;
+	}
+	close(dfd);
+	dfd = -1;
+	if (rename(tmp, dir) == 0)
+		return 0;
+	err = (errno == EEXIST || errno == ENOTEMPTY) ? 0 : -errno;
+out:
+	if (dfd >= 0)
+		close(dfd);
+	remove_tmp(tmp);
+	return err;
+}
+
+static int read_session_header(struct jsession *s)
+{
+	uint8_t h[J_FILE_HDR];
+	int fd = openat(s->dirfd, "session", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	int err;
+
+	if (fd < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	n = pread(fd, h, sizeof(h), 0);
+	err = n < 0 ? -errno : 0;
+	close(fd);
+	if (err)
+		return err;
+	err = jfile_header_check(h, (size_t)n, J_KIND_SESSION, s->salt);
+	if (!err)
+		s->seed = jseed(s->salt);
+	return err;
+}
+
+int jsession_open(struct jsession *s, const char *dir, const struct jsession_info *info)
+{
+	int err, fd;
+	void *m;
+
+	memset(s, 0, sizeof(*s));
+	s->dirfd = s->logfd = s->objfd = -1;
+	for (int tries = 0;; tries++) {
+		s->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (s->dirfd >= 0) {
+			err = read_session_header(s);
+			if (err != -ENOENT || !info || tries)
+				break;
+			close(s->dirfd);    /* an empty directory: fill it */
+			s->dirfd = -1;
+		} else if (errno != ENOENT || !info || tries) {
+			return -errno;
+		}
+		err = create_session(dir, info);
+		if (err)
+			return err;
+	}
+	if (err == -ENOENT)
+		err = -EPROTO;      /* a directory, but no session in it */
+	if (err)
+		goto fail;
+	s->dirfd = jfd_high(s->dirfd);
+	s->logfd = jfd_high(openat(s->dirfd, "log", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	s->objfd = jfd_high(openat(s->dirfd, "objects", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	fd = openat(s->dirfd, "seq", O_RDWR | O_CLOEXEC);
+	if (s->logfd < 0 || s->objfd < 0 || fd < 0) {
+		err = errno == ENOENT ? -EPROTO : -errno;
+		if (fd >= 0)
+			close(fd);
+		goto fail;
+	}
+	m = mmap(NULL, J_SEQ_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	err = m == MAP_FAILED ? -errno : 0;
+	close(fd);
+	if (err)
+		goto fail;
+	s->ctr = m;
+	return 0;
+fail:
+	jsession_close(s);
+	return err;
+}
+
+void jsession_close(struct jsession *s)
+{
+	if (s->ctr)
+		munmap(s->ctr, J_SEQ_FILE_SIZE);
+	s->ctr = NULL;
+	if (s->dirfd >= 0)
+		close(s->dirfd);
+	if (s->logfd >= 0)
+		close(s->logfd);
+	if (s->objfd >= 0)
+		close(s->objfd);
+	s->dirfd = s->logfd = s->objfd = -1;
+}
+
+uint64_t jsession_next_seq(struct jsession *s)
+{
+	return __atomic_add_fetch(&s->ctr[0], 1, __ATOMIC_SEQ_CST);
+}
+
+uint32_t jsession_next_txn(struct jsession *s)
+{
+	return (uint32_t)__atomic_add_fetch(&s->ctr[1], 1, __ATOMIC_SEQ_CST);
+}

@@ -1,0 +1,280 @@
+/*
+ * writer.c - records and segments: build a record in a caller's buffer,
+ * stamp it with a seq and the time, chain and frame it, append it with one
+ * write(2). Runs inside host processes: no malloc, no stdio; the only lock
+ * is the segment's in-process mutex, which orders seq, chain and write.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "internal.h"
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+void jb_init(struct jbuild *b, void *buf, size_t cap, enum jtype type, unsigned flags, uint32_t txn)
+{
+	b->buf = buf;
+	b->cap = cap;
+	b->nfields = 0;
+	b->overflow = cap < J_FRAME_HDR + J_REC_MIN;
+	b->len = J_FRAME_HDR + J_BODY_FIXED;
+	if (b->overflow)
+		return;
+	memset(b->buf, 0, b->len);
+	b->buf[8] = (uint8_t)type;
+	b->buf[9] = (uint8_t)flags;
+	put32(b->buf + 12, txn);
+}
+
+void *jb_reserve(struct jbuild *b, enum jtag tag, size_t n)
+{
+	uint8_t *p;
+
+	if (b->overflow || n > J_REC_MAX || b->len + J_FIELD_HDR + n + J_LINK_LEN > b->cap) {
+		b->overflow = true;
+		return NULL;
+	}
+	p = b->buf + b->len;
+	put16(p, (uint16_t)tag);
+	put32(p + 2, (uint32_t)n);
+	b->len += J_FIELD_HDR + n;
+	b->nfields++;
+	return p + J_FIELD_HDR;
+}
+
+void jb_trim_last(struct jbuild *b, size_t n)
+{
+	uint8_t *f = b->buf + J_FRAME_HDR + J_BODY_FIXED;
+	uint8_t *last = NULL;
+	uint32_t m;
+
+	if (b->overflow || !b->nfields)
+		return;
+	for (uint16_t i = 0; i < b->nfields; i++) {
+		last = f;
+		memcpy(&m, f + 2, 4);
+		f += J_FIELD_HDR + m;
+	}
+	memcpy(&m, last + 2, 4);
+	if (n > m)
+		return;
+	put32(last + 2, (uint32_t)n);
+	b->len -= m - n;
+}
+
+void jb_bytes(struct jbuild *b, enum jtag tag, const void *p, size_t n)
+{
+	void *d = jb_reserve(b, tag, n);
+
+	if (d && n)
+		memcpy(d, p, n);
+}
+
+void jb_str(struct jbuild *b, enum jtag tag, const char *s)
+{
+	if (s)
+		jb_bytes(b, tag, s, strlen(s));
+}
+
+void jb_u32(struct jbuild *b, enum jtag tag, uint32_t v) { jb_bytes(b, tag, &v, 4); }
+void jb_u64(struct jbuild *b, enum jtag tag, uint64_t v) { jb_bytes(b, tag, &v, 8); }
+
+void jb_argv(struct jbuild *b, enum jtag tag, char *const *argv)
+{
+	size_t n = 0;
+	uint8_t *d;
+
+	if (!argv)
+		return;
+	for (char *const *a = argv; *a; a++)
+		n += strlen(*a) + 1;
+	d = jb_reserve(b, tag, n);
+	if (!d)
+		return;
+	for (char *const *a = argv; *a; a++) {
+		size_t l = strlen(*a) + 1;
+		memcpy(d, *a, l);
+		d += l;
+	}
+}
+
+/* Finish B: seq, time, field count, chain link (updating LINK), crc. */
+int jframe(const struct jsession *s, uint8_t link[J_LINK_LEN], struct jbuild *b, uint64_t seq, int64_t t)
+{
+	uint8_t *body = b->buf + J_FRAME_HDR;
+	size_t blen;
+
+	if (b->overflow)
+		return -E2BIG;
+	put16(body + 2, b->nfields);
+	put64(body + 8, seq);
+	put64(body + 16, (uint64_t)t);
+	blen = b->len - J_FRAME_HDR;
+	jhash(link, link, J_LINK_LEN, body, blen);
+	memcpy(b->buf + b->len, link, J_LINK_LEN);
+	b->len += J_LINK_LEN;
+	put32(b->buf + 4, (uint32_t)(b->len - J_FRAME_HDR));
+	put32(b->buf, jcrc_mask(jcrc32c(s->seed, b->buf + 4, b->len - 4)));
+	return 0;
+}
+
+void jfile_header(uint8_t h[J_FILE_HDR], const uint8_t salt[J_SALT_LEN], unsigned kind)
+{
+	memset(h, 0, J_FILE_HDR);
+	memcpy(h, J_MAGIC, 8);
+	put16(h + 8, J_VERSION);
+	put16(h + 10, (uint16_t)kind);
+	memcpy(h + 16, salt, J_SALT_LEN);
+	put32(h + 28, jcrc32c(0, h, 28));
+}
+
+void jchain_start(uint8_t link[J_LINK_LEN], const uint8_t salt[J_SALT_LEN], const uint8_t h[J_FILE_HDR])
+{
+	jhash(link, salt, J_SALT_LEN, h, J_FILE_HDR);
+}
+
+int jwrite_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *s = p;
+
+	while (n) {
+		ssize_t w = write(fd, s, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (w == 0)
+			return -EIO;
+		s += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int jfd_high(int fd)
+{
+	int h;
+
+	if (fd < 0 || fd >= JFD_FLOOR)
+		return fd;
+	h = fcntl(fd, F_DUPFD_CLOEXEC, JFD_FLOOR);
+	if (h < 0)
+		return fd;      /* a low limit: keep the low one */
+	close(fd);
+	return h;
+}
+
+int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
+{
+	uint8_t hdr[J_FILE_HDR], buf[4096];
+	char name[64];
+	struct jbuild b;
+	int fd, err;
+
+	memset(g, 0, sizeof(*g));
+	g->s = s;
+	g->fd = -1;
+	g->pid = getpid();
+	g->first_seq = jsession_next_seq(s);
+	snprintf(name, sizeof(name), "%llu-%d.ftj", (unsigned long long)g->first_seq, (int)g->pid);
+	fd = openat(s->logfd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	fd = jfd_high(fd);
+	jfile_header(hdr, s->salt, J_KIND_SEGMENT);
+	jchain_start(g->link, s->salt, hdr);
+	jb_init(&b, buf, sizeof(buf), J_SEGMENT, 0, 0);
+	jb_u32(&b, F_PID, (uint32_t)g->pid);
+	jb_u32(&b, F_PPID, (uint32_t)getppid());
+	if (argv) {
+		jb_argv(&b, F_ARGV, argv);
+		if (b.overflow) {       /* an enormous argv: keep the program name */
+			char *const a0[] = { argv[0], NULL };
+			jb_init(&b, buf, sizeof(buf), J_SEGMENT, 0, 0);
+			jb_u32(&b, F_PID, (uint32_t)g->pid);
+			jb_u32(&b, F_PPID, (uint32_t)getppid());
+			jb_argv(&b, F_ARGV, a0);
+		}
+	}
+	err = jframe(s, g->link, &b, g->first_seq, jnow_ns());
+	if (!err)
+		err = jwrite_all(fd, hdr, sizeof(hdr));
+	if (!err)
+		err = jwrite_all(fd, b.buf, b.len);
+	if (!err && (s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(s->logfd) < 0))
+		err = -errno;
+	if (err) {
+		close(fd);
+		unlinkat(s->logfd, name, 0);
+		return err;
+	}
+	g->fd = fd;
+	pthread_mutex_init(&g->lock, NULL);
+	return 0;
+}
+
+void jseg_close(struct jseg *g)
+{
+	if (g->fd >= 0)
+		close(g->fd);
+	g->fd = -1;
+}
+
+/* Called with g->lock held. */
+static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq)
+{
+	uint8_t saved[J_LINK_LEN];
+	off_t end;
+	int err;
+
+	if (g->fd < 0)
+		return -EBADF;
+	memcpy(saved, g->link, J_LINK_LEN);
+	end = lseek(g->fd, 0, SEEK_END);
+	err = jframe(g->s, g->link, b, seq, jnow_ns());
+	if (!err)
+		err = jwrite_all(g->fd, b->buf, b->len);
+	if (!err && (g->s->flags & JS_DURABLE) && fdatasync(g->fd) < 0)
+		err = -errno;
+	if (err) {
+		/* Never leave a partial record that a later one would follow:
+		 * cut the segment back and keep the chain where it was. If
+		 * even that fails, give the segment up: the caller opens a
+		 * new one, and the reader sees this one's torn tail. */
+		if (end < 0 || ftruncate(g->fd, end) < 0) {
+			close(g->fd);
+			g->fd = -1;
+		}
+		memcpy(g->link, saved, J_LINK_LEN);
+	}
+	return err;
+}
+
+int jseg_append_seq(struct jseg *g, struct jbuild *b, uint64_t seq)
+{
+	int err;
+
+	pthread_mutex_lock(&g->lock);
+	err = append_locked(g, b, seq);
+	pthread_mutex_unlock(&g->lock);
+	return err;
+}
+
+int jseg_append(struct jseg *g, struct jbuild *b, uint64_t *seq)
+{
+	uint64_t n;
+	int err;
+
+	pthread_mutex_lock(&g->lock);
+	n = jsession_next_seq(g->s);
+	err = append_locked(g, b, n);
+	pthread_mutex_unlock(&g->lock);
+	if (!err && seq)
+		*seq = n;
+	return err;
+}
