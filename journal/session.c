@@ -26,15 +26,21 @@ int jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[J
 	uint16_t version, k;
 	uint32_t crc, incompat;
 
-	if (n < J_FILE_HDR || memcmp(h, J_MAGIC, 8))
+	/* The version is checked before the crc: another version may lay out
+	 * (and checksum) its header differently. */
+	if (n < 10 || memcmp(h, J_MAGIC, 8))
+		return -EPROTO;
+	memcpy(&version, h + 8, 2);
+	if (version != J_VERSION)
+		return -EPROTONOSUPPORT;
+	if (n < J_FILE_HDR)
 		return -EPROTO;
 	memcpy(&crc, h + 28, 4);
 	if (crc != jcrc32c(0, h, 28))
 		return -EPROTO;
-	memcpy(&version, h + 8, 2);
 	memcpy(&k, h + 10, 2);
 	memcpy(&incompat, h + 12, 4);
-	if (version != J_VERSION || incompat)
+	if (incompat)
 		return -EPROTONOSUPPORT;
 	if (k != kind)
 		return -EPROTO;

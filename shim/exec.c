@@ -1,0 +1,346 @@
+/*
+ * exec.c - the exec family, posix_spawn, system and popen: each start of a
+ * program is recorded (J_EXEC: who ran what, where), and the environment
+ * stays sticky: an envp that dropped LD_PRELOAD or an FTSBX_* variable gets
+ * them back, so that env -i or a cleaned environment does not escape the
+ * shim. No heap: the new envp is built on the stack (or in an mmap'd block
+ * for an enormous one), since an exec may run in a vfork child.
+ *
+ * vfork is turned into fork (as compiler-rt's interceptors do): a vfork
+ * child shares the parent's memory, and the hooks it runs before exec must
+ * be free to open a segment of its own.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "shim.h"
+
+extern char **environ;
+
+#define STICKY_MAX 24
+static char sticky_buf[16384];
+static char *sticky[STICKY_MAX];        /* "NAME=VALUE" */
+static size_t nsticky;
+
+static void add_sticky(const char *s, size_t *used)
+{
+	size_t n = strlen(s) + 1;
+
+	if (nsticky == STICKY_MAX || *used + n > sizeof(sticky_buf))
+		return;
+	sticky[nsticky++] = memcpy(sticky_buf + *used, s, n);
+	*used += n;
+}
+
+static bool lists_self(const char *v)
+{
+	size_t n = strlen(shim.self);
+
+	for (const char *s = strstr(v, shim.self); s; s = strstr(s + 1, shim.self))
+		if ((s == v || s[-1] == ' ' || s[-1] == ':') && (s[n] == 0 || s[n] == ' ' || s[n] == ':'))
+			return true;
+	return false;
+}
+
+/* Remember LD_PRELOAD (with this library in it) and every FTSBX_*. */
+HIDDEN void env_capture(void)
+{
+	char line[PATH_MAX + 16];
+	const char *pre = getenv("LD_PRELOAD");
+	size_t used = 0;
+
+	if (pre && lists_self(pre))
+		snprintf(line, sizeof(line), "LD_PRELOAD=%s", pre);
+	else
+		snprintf(line, sizeof(line), "LD_PRELOAD=%s%s%s", shim.self, pre && *pre ? " " : "",
+			 pre ? pre : "");
+	add_sticky(line, &used);
+	for (char **e = environ; e && *e; e++)
+		if (!strncmp(*e, "FTSBX_", 6))
+			add_sticky(*e, &used);
+}
+
+static size_t name_len(const char *s)
+{
+	const char *eq = strchr(s, '=');
+
+	return eq ? (size_t)(eq - s) + 1 : strlen(s);
+}
+
+static bool has_var(char *const *env, const char *var)
+{
+	size_t n = name_len(var);
+
+	for (; env && *env; env++)
+		if (!strncmp(*env, var, n))
+			return true;
+	return false;
+}
+
+/* The envp to pass on: ENVP with every sticky variable that it lacks, and
+ * LD_PRELOAD pointing at this library. BUF holds CAP pointers. */
+HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
+{
+	size_t n = 0, k = 0;
+	bool ok = true;
+
+	for (size_t i = 0; i < nsticky && ok; i++) {
+		if (!strncmp(sticky[i], "LD_PRELOAD=", 11)) {
+			const char *v = NULL;
+			for (char *const *e = envp; e && *e; e++)
+				if (!strncmp(*e, "LD_PRELOAD=", 11))
+					v = *e + 11;
+			ok = v && lists_self(v);
+		} else {
+			ok = has_var(envp, sticky[i]);
+		}
+	}
+	if (ok)
+		return (char **)envp;
+	for (char *const *e = envp; e && *e; e++)
+		n++;
+	if (n + nsticky + 1 > cap)
+		return (char **)envp;   /* caller's buffer too small: see exec_env */
+	for (char *const *e = envp; e && *e; e++) {
+		if (!strncmp(*e, "LD_PRELOAD=", 11))
+			continue;       /* ours (with theirs in it) comes below */
+		buf[k++] = *e;
+	}
+	for (size_t i = 0; i < nsticky; i++)
+		if (!strncmp(sticky[i], "LD_PRELOAD=", 11) || !has_var(envp, sticky[i]))
+			buf[k++] = sticky[i];
+	buf[k] = NULL;
+	return buf;
+}
+
+static size_t env_count(char *const envp[])
+{
+	size_t n = 0;
+
+	for (char *const *e = envp; e && *e; e++)
+		n++;
+	return n;
+}
+
+/* Record a program start. ARGV may be NULL. */
+static void record_exec(const char *path, char *const argv[], pid_t pid)
+{
+	uint8_t buf[16384];
+	char cwd[PATH_MAX];
+	struct jbuild b;
+	struct jseg *g;
+
+	if (shim_segment(&g))
+		return;
+	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, shim.txn);
+	jb_u32(&b, F_PID, (uint32_t)(pid ? pid : getpid()));
+	jb_u32(&b, F_PPID, (uint32_t)(pid ? getpid() : getppid()));
+	jb_str(&b, F_PATH, path);
+	jb_argv(&b, F_ARGV, argv);
+	if (getcwd(cwd, sizeof(cwd)))
+		jb_str(&b, F_CWD, cwd);
+	if (b.overflow) {       /* an enormous argv: keep the program name */
+		char *const a0[] = { argv && argv[0] ? argv[0] : (char *)path, NULL };
+		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, shim.txn);
+		jb_u32(&b, F_PID, (uint32_t)(pid ? pid : getpid()));
+		jb_str(&b, F_PATH, path);
+		jb_argv(&b, F_ARGV, a0);
+	}
+	jseg_append(g, &b, NULL);
+}
+
+/* Run FN with a sticky copy of ENVP: on the stack, or mmap'd when huge. */
+#define WITH_ENV(envp, fixed, body) do {                                         \
+	size_t cap_ = env_count(envp) + STICKY_MAX + 1;                          \
+	char **mem_ = NULL, *stack_[cap_ <= 4096 ? cap_ : 1];                    \
+	char **fixed;                                                            \
+	if (cap_ > 4096) {                                                       \
+		mem_ = mmap(NULL, cap_ * sizeof(char *), PROT_READ | PROT_WRITE, \
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);                 \
+		if (mem_ == MAP_FAILED)                                          \
+			mem_ = NULL;                                             \
+	}                                                                        \
+	fixed = env_fix(envp, mem_ ? mem_ : stack_, mem_ ? cap_ : (cap_ <= 4096 ? cap_ : 0)); \
+	body;                                                                    \
+	if (mem_)                                                                \
+		munmap(mem_, cap_ * sizeof(char *));                             \
+} while (0)
+
+static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[])
+{
+	if (!hook_enter(c))
+		return 0;
+	record_exec(path, argv, 0);
+	return 1;
+}
+
+EXPORT int execve(const char *p, char *const a[], char *const e[])
+{
+	struct hook_ctx c;
+	int r;
+
+	if (!exec_enter(&c, p, a))
+		return real_execve(p, a, e);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = real_execve(p, a, fixed); });
+	return r;
+}
+
+EXPORT int execveat(int d, const char *p, char *const a[], char *const e[], int fl)
+{
+	struct hook_ctx c;
+	int r;
+
+	if (!exec_enter(&c, p, a))
+		return real_execveat(d, p, a, e, fl);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = real_execveat(d, p, a, fixed, fl); });
+	return r;
+}
+
+EXPORT int fexecve(int fd, char *const a[], char *const e[])
+{
+	struct hook_ctx c;
+	int r;
+
+	if (!exec_enter(&c, "(fexecve)", a))
+		return real_fexecve(fd, a, e);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = real_fexecve(fd, a, fixed); });
+	return r;
+}
+
+EXPORT int execvpe(const char *f, char *const a[], char *const e[])
+{
+	struct hook_ctx c;
+	int r;
+
+	if (!exec_enter(&c, f, a))
+		return real_execvpe(f, a, e);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = real_execvpe(f, a, fixed); });
+	return r;
+}
+
+EXPORT int execv(const char *p, char *const a[]) { return execve(p, a, environ); }
+EXPORT int execvp(const char *f, char *const a[]) { return execvpe(f, a, environ); }
+
+/* execl and friends: gather the arguments on the stack. */
+#define GATHER(arg0, ap, argv, tail) do {                               \
+	size_t n_ = 1;                                                   \
+	va_list cp_;                                                     \
+	va_copy(cp_, ap);                                                \
+	while (va_arg(cp_, char *))                                      \
+		n_++;                                                    \
+	va_end(cp_);                                                     \
+	char *argv[n_ + 1];                                              \
+	argv[0] = (char *)arg0;                                          \
+	for (size_t i_ = 1; i_ <= n_; i_++)                              \
+		argv[i_] = va_arg(ap, char *);                           \
+	tail;                                                            \
+} while (0)
+
+EXPORT int execl(const char *p, const char *arg, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, r = execve(p, argv, environ));
+	va_end(ap);
+	return r;
+}
+
+EXPORT int execlp(const char *f, const char *arg, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, r = execvpe(f, argv, environ));
+	va_end(ap);
+	return r;
+}
+
+EXPORT int execle(const char *p, const char *arg, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, arg);
+	GATHER(arg, ap, argv, { char *const *envp = va_arg(ap, char *const *); r = execve(p, argv, envp); });
+	va_end(ap);
+	return r;
+}
+
+static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa,
+		      const posix_spawnattr_t *at, char *const a[], char *const e[])
+{
+	struct hook_ctx c;
+	pid_t child = 0;
+	int r;
+
+	if (!hook_enter(&c))
+		return (search ? real_posix_spawnp : real_posix_spawn)(pid, p, fa, at, a, e);
+	WITH_ENV(e, fixed, {
+		r = (search ? real_posix_spawnp : real_posix_spawn)(&child, p, fa, at, a, fixed);
+	});
+	if (r == 0)
+		record_exec(p, a, child);
+	if (pid)
+		*pid = child;
+	hook_leave(&c);
+	return r;
+}
+
+EXPORT int posix_spawn(pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa,
+		       const posix_spawnattr_t *at, char *const a[], char *const e[])
+{
+	return spawn_hook(false, pid, p, fa, at, a, e);
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa,
+			const posix_spawnattr_t *at, char *const a[], char *const e[])
+{
+	return spawn_hook(true, pid, p, fa, at, a, e);
+}
+
+/* system and popen start /bin/sh with environ through glibc's internal
+ * spawn: put the sticky variables back into environ first. */
+static void environ_restore(void)
+{
+	for (size_t i = 0; i < nsticky; i++)
+		if (!has_var(environ, sticky[i]) ||
+		    (!strncmp(sticky[i], "LD_PRELOAD=", 11) && !lists_self(getenv("LD_PRELOAD") ?: "")))
+			putenv(sticky[i]);
+}
+
+EXPORT int system(const char *cmd)
+{
+	struct hook_ctx c;
+	char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
+
+	if (!hook_enter(&c) || !cmd)
+		return real_system(cmd);
+	environ_restore();
+	record_exec("/bin/sh", argv, 0);
+	hook_leave(&c);
+	return real_system(cmd);
+}
+
+EXPORT FILE *popen(const char *cmd, const char *mode)
+{
+	struct hook_ctx c;
+	char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
+
+	if (!hook_enter(&c))
+		return real_popen(cmd, mode);
+	environ_restore();
+	record_exec("/bin/sh", argv, 0);
+	hook_leave(&c);
+	return real_popen(cmd, mode);
+}
+
+EXPORT pid_t vfork(void)
+{
+	shim_ensure();
+	return real_fork();
+}

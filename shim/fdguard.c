@@ -1,0 +1,101 @@
+/*
+ * fdguard.c - keep the shim's own descriptors (the session directories and
+ * this process's segment, all at or above a high floor) alive through a
+ * program's close, dup2, dup3, close_range and closefrom: a close of one of
+ * ours fails with EBADF as if it were not open, a dup onto one moves ours
+ * out of the way first, and a range close skips ours.
+ */
+#include <unistd.h>
+#include "shim.h"
+
+static int *const ours[] = { &shim.g.fd, &shim.s.dirfd, &shim.s.logfd, &shim.s.objfd };
+#define NOURS (sizeof(ours) / sizeof(ours[0]))
+
+static bool is_ours(int fd)
+{
+	if (fd < 0)
+		return false;
+	for (size_t i = 0; i < NOURS; i++)
+		if (*ours[i] == fd && (i ? shim.session_open : shim.seg_open))
+			return true;
+	return false;
+}
+
+/* Move our descriptor FD elsewhere (before a dup2 onto its number). */
+static void move_ours(int fd)
+{
+	int n = fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
+
+	if (n < 0)
+		return;
+	for (size_t i = 0; i < NOURS; i++)
+		if (*ours[i] == fd)
+			*ours[i] = n;
+	real_close(fd);
+}
+
+EXPORT int close(int fd)
+{
+	shim_ensure();
+	if (shim_ready && is_ours(fd)) {
+		errno = EBADF;
+		return -1;
+	}
+	return real_close(fd);
+}
+
+EXPORT int dup2(int a, int b)
+{
+	shim_ensure();
+	if (shim_ready && a != b && is_ours(b)) {
+		int e = errno;
+		move_ours(b);
+		errno = e;
+	}
+	return real_dup2(a, b);
+}
+
+EXPORT int dup3(int a, int b, int fl)
+{
+	shim_ensure();
+	if (shim_ready && a != b && is_ours(b)) {
+		int e = errno;
+		move_ours(b);
+		errno = e;
+	}
+	return real_dup3(a, b, fl);
+}
+
+/* Close [lo, hi] but our descriptors, in the pieces between them. */
+EXPORT int close_range(unsigned lo, unsigned hi, int fl)
+{
+	unsigned from = lo;
+
+	shim_ensure();
+	if (!shim_ready)
+		return real_close_range(lo, hi, fl);
+	for (;;) {
+		unsigned next = hi;
+		bool found = false;
+		for (size_t i = 0; i < NOURS; i++) {
+			int fd = *ours[i];
+			if (is_ours(fd) && (unsigned)fd >= from && (unsigned)fd <= next) {
+				next = (unsigned)fd;
+				found = true;
+			}
+		}
+		if (!found)
+			return real_close_range(from, hi, fl);
+		if (next > from && real_close_range(from, next - 1, fl) < 0)
+			return -1;
+		if (next == hi)
+			return 0;
+		from = next + 1;
+	}
+}
+
+EXPORT void closefrom(int fd)
+{
+	if (fd >= 0)
+		close_range((unsigned)fd, ~0u, 0);
+}

@@ -1,0 +1,145 @@
+/*
+ * open.c - the open family (variadic, and the fortified __open_2 kind) and
+ * syscall(). An open that can write journals its pre-image first; a
+ * read-only open costs a string check and no system call.
+ *
+ * syscall() dispatches the numbers that change files to the same checks as
+ * the libc wrappers and forwards every other number with six long
+ * arguments. libffi cannot do better here: a variadic callee cannot know how
+ * many arguments it was given, and on x86-64 and aarch64 the kernel takes
+ * at most six integer registers, which glibc's own syscall() passes on the
+ * same way.
+ */
+#include <linux/openat2.h>
+#include <stdarg.h>
+#include <sys/syscall.h>
+#include "shim.h"
+
+enum open_kind { K_OPEN, K_OPEN64, K_OPENAT, K_OPENAT64, K_OPEN_2, K_OPEN64_2, K_OPENAT_2, K_OPENAT64_2 };
+
+static int real_open_any(enum open_kind k, int d, const char *p, int f, mode_t m)
+{
+	switch (k) {
+	case K_OPEN:       return real_open(p, f, m);
+	case K_OPEN64:     return real_open64(p, f, m);
+	case K_OPENAT:     return real_openat(d, p, f, m);
+	case K_OPENAT64:   return real_openat64(d, p, f, m);
+	case K_OPEN_2:     return real___open_2(p, f);
+	case K_OPEN64_2:   return real___open64_2(p, f);
+	case K_OPENAT_2:   return real___openat_2(d, p, f);
+	case K_OPENAT64_2: return real___openat64_2(d, p, f);
+	}
+	return -1;
+}
+
+static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
+{
+	struct hook_ctx c;
+	int err;
+
+	if (!hook_enter(&c))
+		return real_open_any(k, d, p, f, m);
+	err = pre_open(d, p, f);
+	if (err) {
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	return real_open_any(k, d, p, f, m);
+}
+
+static bool has_mode(int f)
+{
+	return (f & O_CREAT) || (f & __O_TMPFILE) == __O_TMPFILE;
+}
+
+#define MODE_ARG(f) ({                                   \
+	mode_t m_ = 0;                                   \
+	if (has_mode(f)) {                               \
+		va_list ap;                              \
+		va_start(ap, f);                         \
+		m_ = (mode_t)va_arg(ap, int);            \
+		va_end(ap);                              \
+	}                                                \
+	m_; })
+
+EXPORT int open(const char *p, int f, ...) { return open_hook(K_OPEN, AT_FDCWD, p, f, MODE_ARG(f)); }
+EXPORT int open64(const char *p, int f, ...) { return open_hook(K_OPEN64, AT_FDCWD, p, f, MODE_ARG(f)); }
+EXPORT int openat(int d, const char *p, int f, ...) { return open_hook(K_OPENAT, d, p, f, MODE_ARG(f)); }
+EXPORT int openat64(int d, const char *p, int f, ...) { return open_hook(K_OPENAT64, d, p, f, MODE_ARG(f)); }
+EXPORT int __open_2(const char *p, int f) { return open_hook(K_OPEN_2, AT_FDCWD, p, f, 0); }
+EXPORT int __open64_2(const char *p, int f) { return open_hook(K_OPEN64_2, AT_FDCWD, p, f, 0); }
+EXPORT int __openat_2(int d, const char *p, int f) { return open_hook(K_OPENAT_2, d, p, f, 0); }
+EXPORT int __openat64_2(int d, const char *p, int f) { return open_hook(K_OPENAT64_2, d, p, f, 0); }
+
+/* The check for one system call number, or 0 for numbers left alone. */
+static int pre_syscall(long n, const long a[6])
+{
+#define S(i) ((const char *)a[i])
+#define I(i) ((int)a[i])
+	switch (n) {
+	case SYS_open:       return pre_open(AT_FDCWD, S(0), I(1));
+	case SYS_creat:      return pre_open(AT_FDCWD, S(0), O_CREAT | O_WRONLY | O_TRUNC);
+	case SYS_openat:     return pre_open(I(0), S(1), I(2));
+	case SYS_openat2:    return a[2] ? pre_open(I(0), S(1), (int)((const struct open_how *)a[2])->flags) : 0;
+	case SYS_unlink:     return pre_remove(AT_FDCWD, S(0), 0);
+	case SYS_rmdir:      return pre_remove(AT_FDCWD, S(0), AT_REMOVEDIR);
+	case SYS_unlinkat:   return pre_remove(I(0), S(1), I(2));
+	case SYS_rename:     return pre_rename(AT_FDCWD, S(0), AT_FDCWD, S(1), 0);
+	case SYS_renameat:   return pre_rename(I(0), S(1), I(2), S(3), 0);
+	case SYS_renameat2:  return pre_rename(I(0), S(1), I(2), S(3), (unsigned)a[4]);
+	case SYS_mkdir:      return pre_create(AT_FDCWD, S(0));
+	case SYS_mkdirat:    return pre_create(I(0), S(1));
+	case SYS_mknod:      return pre_create(AT_FDCWD, S(0));
+	case SYS_mknodat:    return pre_create(I(0), S(1));
+	case SYS_link:       return pre_create(AT_FDCWD, S(1));
+	case SYS_linkat:     return pre_create(I(2), S(3));
+	case SYS_symlink:    return pre_create(AT_FDCWD, S(1));
+	case SYS_symlinkat:  return pre_create(I(1), S(2));
+	case SYS_truncate:   return pre_path(AT_FDCWD, S(0), JC_TRUNC, 1);
+	case SYS_ftruncate:  return pre_fd(I(0), JC_TRUNC);
+	case SYS_fallocate:  return pre_fd(I(0), JC_TRUNC);
+	case SYS_chmod:
+	case SYS_chown:
+	case SYS_utime:
+	case SYS_utimes:
+	case SYS_setxattr:
+	case SYS_removexattr: return pre_path(AT_FDCWD, S(0), JC_META, 1);
+	case SYS_lchown:
+	case SYS_lsetxattr:
+	case SYS_lremovexattr: return pre_path(AT_FDCWD, S(0), JC_META, 0);
+	case SYS_fchmod:
+	case SYS_fchown:
+	case SYS_fsetxattr:
+	case SYS_fremovexattr: return pre_fd(I(0), JC_META);
+	case SYS_fchmodat:   return pre_path(I(0), S(1), JC_META, 1);
+	case SYS_futimesat:  return pre_path(I(0), S(1), JC_META, 1);
+	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));
+	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
+	}
+	return 0;
+#undef S
+#undef I
+}
+
+EXPORT long syscall(long n, ...)
+{
+	struct hook_ctx c;
+	va_list ap;
+	long a[6];
+	int err;
+
+	va_start(ap, n);
+	for (int i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	if (!hook_enter(&c))
+		return real_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	err = pre_syscall(n, a);
+	if (err) {
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	return real_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+}

@@ -1,0 +1,116 @@
+/*
+ * shim.h - what the files of libftsbx.so share: the real_* pointers (one
+ * per row of hooks.def and hooks-extra.def), the hook context that guards
+ * against re-entry and keeps errno, and the pre-change checks.
+ *
+ * Every hook has the same shape: hook_enter (re-entered or not ready:
+ * straight to the real function), a pre-change check that journals the
+ * undo record or refuses, the real call, hook_leave. Inside a hook the
+ * thread is marked busy, so the journal library's own libc calls (open,
+ * linkat, write ...) pass through the hooks untouched.
+ */
+#ifndef FTSBX_SHIM_H
+#define FTSBX_SHIM_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <utime.h>
+#include "../journal/journal.h"
+
+#define HIDDEN __attribute__((visibility("hidden")))
+#define EXPORT __attribute__((visibility("default")))
+
+#define HOOK(ret, name, params, args, fail, pre) extern HIDDEN ret(*real_##name) params;
+#include "hooks.def"
+#include "hooks-extra.def"
+#undef HOOK
+
+struct hook_ctx {
+	int saved_errno;
+};
+
+/* The per-thread guard: true while the thread runs shim code. */
+extern HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
+extern HIDDEN bool shim_ready;
+HIDDEN void shim_init(void);
+
+/* Another library's constructor may call a hook before our constructor
+ * ran (libselinux's calls fopen): initialise on that first call. */
+static inline void shim_ensure(void)
+{
+	if (__builtin_expect(!shim_ready, 0))
+		shim_init();
+}
+
+static inline bool hook_enter(struct hook_ctx *c)
+{
+	shim_ensure();
+	if (!shim_ready || shim_busy)
+		return false;
+	shim_busy = true;
+	c->saved_errno = errno;
+	return true;
+}
+
+/* Before the real call: the caller must see libc's errno, not ours. */
+static inline void hook_leave(struct hook_ctx *c)
+{
+	errno = c->saved_errno;
+	shim_busy = false;
+}
+
+/* Refuse: errno = ERR, one line on stderr (written by the pre-check). */
+static inline void hook_refuse(struct hook_ctx *c, int err)
+{
+	(void)c;
+	shim_busy = false;
+	errno = err;
+}
+
+/* Pre-change checks: 0 (go on) or the errno that refuses the call. */
+HIDDEN int pre_open(int dirfd, const char *path, int flags);
+HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode);
+HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
+HIDDEN int pre_remove(int dirfd, const char *path, int flags);
+HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags);
+HIDDEN int pre_create(int dirfd, const char *path);
+HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);
+HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags);
+HIDDEN int pre_fd(int fd, enum jcap_op op);
+
+/* path.c: absolute, lexically normalised paths; cached cwd. */
+HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path);
+HIDDEN int path_fd(char out[PATH_MAX], int fd);
+HIDDEN void path_normalise(char *p);
+HIDDEN void cwd_refresh(void);
+HIDDEN bool path_under(const char *path, const char *dir, size_t dirlen);
+
+/* state.c: the session, this process's segment, the transaction. */
+struct shim_state {
+	char journal[PATH_MAX];        /* the session directory, normalised */
+	size_t journal_len;
+	char self[PATH_MAX];           /* this library's path, for LD_PRELOAD */
+	uint32_t txn;
+	struct jsession s;
+	struct jseg g;
+	bool session_open, seg_open;
+	pid_t seg_pid;
+};
+extern HIDDEN struct shim_state shim;
+HIDDEN int shim_segment(struct jseg **g);
+HIDDEN void shim_say(const char *what, const char *path, int err, const char *why);
+HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
+		       const char *rule, int err);
+
+/* exec.c: environment stickiness. */
+HIDDEN void env_capture(void);
+HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap);
+
+#endif

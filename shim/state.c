@@ -1,0 +1,189 @@
+/*
+ * state.c - the shim's process state: the constructor that resolves every
+ * real_* symbol once, the session and transaction taken from the
+ * environment (FTSBX_JOURNAL, FTSBX_TXN; the first process of a session
+ * creates both and exports them), this process's segment opened at its
+ * first record (a forked child gets its own), and refusal reports.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "shim.h"
+
+#define HOOK(ret, name, params, args, fail, pre) HIDDEN ret(*real_##name) params;
+#include "hooks.def"
+#include "hooks-extra.def"
+#undef HOOK
+
+HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
+HIDDEN bool shim_ready;
+HIDDEN struct shim_state shim;
+static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void resolve_symbols(void)
+{
+#define HOOK(ret, name, params, args, fail, pre) \
+	real_##name = (ret(*) params)dlsym(RTLD_NEXT, #name);
+#include "hooks.def"
+#include "hooks-extra.def"
+#undef HOOK
+}
+
+/* Write a whole message to stderr with the real write (no stdio). */
+static void say_raw(const char *s)
+{
+	size_t n = strlen(s);
+
+	while (n) {
+		ssize_t w = write(2, s, n);
+		if (w <= 0)
+			return;
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+HIDDEN void shim_say(const char *what, const char *path, int err, const char *why)
+{
+	char line[PATH_MAX + 512];
+
+	snprintf(line, sizeof(line), "ftsbx: %s '%s': %s%s%s\n", what, path ? path : "",
+		 strerror(err), why ? " (" : "", why ? why : "");
+	if (why)
+		strncat(line, ")\n", sizeof(line) - strlen(line) - 1), line[strlen(line) - 3] = ')';
+	say_raw(line);
+}
+
+/* Open the session on first use; open this process's segment on its first
+ * record (again in a forked child). Called inside a hook. */
+HIDDEN int shim_segment(struct jseg **g)
+{
+	pid_t pid = getpid();
+	int err = 0;
+
+	pthread_mutex_lock(&seg_lock);
+	if (!shim.session_open) {
+		err = jsession_open(&shim.s, shim.journal, &(struct jsession_info){ 0 });
+		shim.session_open = !err;
+	}
+	if (!err && (!shim.seg_open || shim.seg_pid != pid)) {
+		if (shim.seg_open && shim.seg_pid != pid)
+			jseg_close(&shim.g);    /* the parent's, inherited through fork */
+		shim.seg_open = false;
+		err = jseg_open(&shim.g, &shim.s, NULL);
+		if (!err) {
+			shim.seg_open = true;
+			shim.seg_pid = pid;
+		}
+	}
+	pthread_mutex_unlock(&seg_lock);
+	*g = &shim.g;
+	return err;
+}
+
+HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
+		       const char *rule, int err)
+{
+	uint8_t buf[8192];
+	struct jbuild b;
+	struct jseg *g;
+
+	shim_say("refused", path, err, rule);
+	if (shim_segment(&g))
+		return err;
+	jb_init(&b, buf, sizeof(buf), J_REFUSE, 0, shim.txn);
+	jb_str(&b, F_OP, op);
+	jb_str(&b, F_RULE, rule);
+	jb_u32(&b, F_ERRNO, (uint32_t)err);
+	jb_str(&b, F_PATH, path);
+	jb_str(&b, F_PATH2, path2);
+	jb_argv(&b, F_ARGV, argv);
+	jseg_append(g, &b, NULL);
+	return err;
+}
+
+static void atfork_child(void)
+{
+	pthread_mutex_init(&seg_lock, NULL);
+}
+
+/* The default session directory when FTSBX_JOURNAL is unset:
+ * $XDG_STATE_HOME/ftsbx/sessions/YYYYmmdd-HHMMSS-PID (XDG_STATE_HOME
+ * defaults to ~/.local/state). */
+static void default_journal(char *out, size_t n)
+{
+	const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	char stamp[32];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", gmtime_r(&t, &tm));
+	if (state && *state == '/')
+		snprintf(out, n, "%s/ftsbx/sessions/%s-%d", state, stamp, (int)getpid());
+	else
+		snprintf(out, n, "%s/.local/state/ftsbx/sessions/%s-%d", home && *home ? home : "/tmp",
+			 stamp, (int)getpid());
+}
+
+static void self_path(void)
+{
+	Dl_info info;
+
+	if (dladdr((void *)self_path, &info) && info.dli_fname)
+		snprintf(shim.self, sizeof(shim.self), "%s", info.dli_fname);
+}
+
+/* The first process of a session (no FTSBX_TXN yet) creates the session
+ * and its transaction and exports both to everything it starts. */
+static void start_session(void)
+{
+	const char *j = getenv("FTSBX_JOURNAL"), *t = getenv("FTSBX_TXN");
+	char buf[PATH_MAX];
+
+	if (!j || !*j) {
+		default_journal(buf, sizeof(buf));
+		setenv("FTSBX_JOURNAL", buf, 1);
+		j = getenv("FTSBX_JOURNAL");
+	}
+	if (path_abs(shim.journal, AT_FDCWD, j)) {
+		say_raw("ftsbx: FTSBX_JOURNAL is too long\n");
+		_exit(126);
+	}
+	shim.journal_len = strlen(shim.journal);
+	setenv("FTSBX_JOURNAL", shim.journal, 1);
+	if (t && *t) {
+		shim.txn = (uint32_t)strtoul(t, NULL, 10);
+		return;
+	}
+	char *argv[] = { (char *)"(ftsbx session)", NULL };
+	struct jsession_info info = { .argv = argv };
+	int err = jsession_open(&shim.s, shim.journal, &info);
+	if (err) {
+		shim_say("cannot open the journal", shim.journal, -err, "nothing may run unjournaled");
+		_exit(126);
+	}
+	shim.session_open = true;
+	shim.txn = jsession_next_txn(&shim.s);
+	snprintf(buf, sizeof(buf), "%u", shim.txn);
+	setenv("FTSBX_TXN", buf, 1);
+}
+
+HIDDEN __attribute__((constructor)) void shim_init(void)
+{
+	static bool started;
+
+	if (shim_ready || __atomic_exchange_n(&started, true, __ATOMIC_ACQ_REL))
+		return;
+	shim_busy = true;
+	resolve_symbols();
+	self_path();
+	cwd_refresh();
+	start_session();
+	env_capture();
+	pthread_atfork(NULL, NULL, atfork_child);
+	shim_busy = false;
+	shim_ready = true;
+}

@@ -1,0 +1,358 @@
+/*
+ * unit.c - unit tests of the journal library on cmocka: checksums, record
+ * round trips, framing limits, concurrent writers and session creators,
+ * version refusal and torn tails, each against a fresh scratch session.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <cmocka.h>
+#include "../journal/journal.h"
+
+static char scratch[256];
+
+static int setup(void **state)
+{
+	(void)state;
+	strcpy(scratch, "/tmp/ftsbx-unit-XXXXXX");
+	assert_non_null(mkdtemp(scratch));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[300];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
+	return system(cmd);
+}
+
+static const char *sdir(void)
+{
+	static char p[300];
+
+	snprintf(p, sizeof(p), "%s/s", scratch);
+	return p;
+}
+
+static void open_session(struct jsession *s, struct jseg *g)
+{
+	char *argv[] = { "unit", NULL };
+	struct jsession_info info = { .argv = argv, .cwd = "/w" };
+
+	assert_int_equal(jsession_open(s, sdir(), &info), 0);
+	assert_int_equal(jseg_open(g, s, argv), 0);
+}
+
+static void test_crc32c_known_vector(void **state)
+{
+	(void)state;
+	assert_int_equal(jcrc32c(0, "123456789", 9), 0xe3069283u);
+	assert_int_equal(jcrc32c(0, "", 0), 0);
+}
+
+static void test_blake2b_known_vector(void **state)
+{
+	static const uint8_t want[8] = { 0xbd, 0xdd, 0x81, 0x3c, 0x63, 0x42, 0x39, 0x72 };
+	uint8_t out[32];
+
+	(void)state;
+	jhash(out, "ab", 2, "c", 1);
+	assert_memory_equal(out, want, sizeof(want));
+}
+
+/* One record of every type, read back field by field. */
+static void test_every_record_type_round_trips(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	struct jbuild b;
+	uint8_t buf[4096];
+	char err[256], *argv[] = { "rm", "-rf", "x y", NULL };
+	struct stat st;
+	struct jstat js, back;
+	uint64_t seqs[J_TYPE_MAX + 1];
+
+	(void)state;
+	open_session(&s, &g);
+	assert_int_equal(lstat("/", &st), 0);
+	jstat_from(&js, &st);
+	for (unsigned t = J_TXN_BEGIN; t <= J_TYPE_MAX; t++) {
+		if (t > J_REFUSE && t < J_CREATE)
+			continue;
+		jb_init(&b, buf, sizeof(buf), t, t == J_META ? JR_WEAK : 0, 7);
+		jb_str(&b, F_PATH, "/w/a\nb");
+		jb_str(&b, F_PATH2, "/w/c");
+		jb_argv(&b, F_ARGV, argv);
+		jb_bytes(&b, F_STAT, &js, sizeof(js));
+		jb_u32(&b, F_STATUS, 256);
+		jb_u64(&b, F_SEQREF, 42);
+		assert_int_equal(jseg_append(&g, &b, &seqs[t]), 0);
+	}
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(r.nrec, 1 + (J_REFUSE - J_TXN_BEGIN + 1) + (J_TYPE_MAX - J_CREATE + 1));
+	assert_int_equal(r.session.type, J_SESSION);
+	for (unsigned t = J_TXN_BEGIN; t <= J_TYPE_MAX; t++) {
+		const struct jrecord *c;
+		char *p;
+		uint32_t v;
+		uint64_t w;
+
+		if (t > J_REFUSE && t < J_CREATE)
+			continue;
+		c = jreader_find(&r, seqs[t]);
+		assert_non_null(c);
+		assert_int_equal(c->type, t);
+		assert_int_equal(c->txn, 7);
+		assert_int_equal(c->flags, t == J_META ? JR_WEAK : 0);
+		assert_int_equal(c->pid, getpid());
+		p = jrec_strdup(c, F_PATH);
+		assert_string_equal(p, "/w/a\nb");
+		free(p);
+		assert_int_equal(c->f[F_ARGV].n, sizeof("rm-rfx y") + 2);
+		assert_memory_equal(c->f[F_ARGV].p, "rm\0-rf\0x y", 11);
+		assert_true(jrec_stat(c, F_STAT, &back));
+		assert_memory_equal(&back, &js, sizeof(js));
+		assert_true(jrec_u32(c, F_STATUS, &v));
+		assert_int_equal(v, 256);
+		assert_true(jrec_u64(c, F_SEQREF, &w));
+		assert_int_equal(w, 42);
+		assert_false(jrec_u64(c, F_STATUS, &w));  /* wrong width */
+	}
+	jreader_close(&r);
+	jseg_close(&g);
+	jsession_close(&s);
+}
+
+static void test_record_too_large_is_refused_and_not_written(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	struct jbuild b;
+	uint8_t buf[128], big[512] = { 0 };
+	char err[256];
+
+	(void)state;
+	open_session(&s, &g);
+	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, 1);
+	jb_bytes(&b, F_ARGV, big, sizeof(big));
+	assert_int_equal(jseg_append(&g, &b, NULL), -E2BIG);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(r.nrec, 1);    /* the segment record only */
+	jreader_close(&r);
+	jseg_close(&g);
+	jsession_close(&s);
+}
+
+static void test_content_round_trips_stored_and_zlib(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	struct jbuild b;
+	static uint8_t buf[1 << 16], text[20000], z[1 << 15];
+	char err[256], path[400];
+	uint64_t seq[2];
+	struct jdata d;
+
+	(void)state;
+	open_session(&s, &g);
+	for (size_t i = 0; i < sizeof(text); i++)
+		text[i] = "the quick brown fox\n"[i % 20];
+	for (int m = 0; m < 2; m++) {
+		uLongf zl = sizeof(z);
+		memset(&d, 0, sizeof(d));
+		d.method = m ? JD_ZLIB : JD_STORED;
+		d.size = sizeof(text);
+		jhash(d.hash, text, sizeof(text), NULL, 0);
+		jb_init(&b, buf, sizeof(buf), J_CONTENT, 0, 1);
+		jb_str(&b, F_PATH, "/w/f");
+		if (m) {
+			assert_int_equal(compress2(z, &zl, text, sizeof(text), 6), Z_OK);
+			uint8_t *p = jb_reserve(&b, F_DATA, sizeof(d) + zl);
+			memcpy(p, &d, sizeof(d));
+			memcpy(p + sizeof(d), z, zl);
+		} else {
+			uint8_t *p = jb_reserve(&b, F_DATA, sizeof(d) + sizeof(text));
+			memcpy(p, &d, sizeof(d));
+			memcpy(p + sizeof(d), text, sizeof(text));
+		}
+		assert_int_equal(jseg_append(&g, &b, &seq[m]), 0);
+	}
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	for (int m = 0; m < 2; m++) {
+		int fd;
+		struct stat st;
+		char *back = malloc(sizeof(text));
+
+		snprintf(path, sizeof(path), "%s/out%d", scratch, m);
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		assert_int_equal(jrec_content(&r, jreader_find(&r, seq[m]), fd, err, sizeof(err)), 0);
+		assert_int_equal(fstat(fd, &st), 0);
+		assert_int_equal(st.st_size, sizeof(text));
+		assert_int_equal(pread(fd, back, sizeof(text), 0), sizeof(text));
+		assert_memory_equal(back, text, sizeof(text));
+		free(back);
+		close(fd);
+	}
+	jreader_close(&r);
+	jseg_close(&g);
+	jsession_close(&s);
+}
+
+/* Eight processes create the same session at once and write 2000 records
+ * each: one session, every record once, seqs unique, no damage. */
+static void test_concurrent_creators_and_writers_agree(void **state)
+{
+	enum { NPROC = 8, NREC = 2000 };
+	struct jreader r;
+	char err[256];
+	int status;
+
+	(void)state;
+	for (int i = 0; i < NPROC; i++) {
+		if (fork() == 0) {
+			struct jsession s;
+			struct jseg g;
+			struct jbuild b;
+			uint8_t buf[512];
+
+			open_session(&s, &g);
+			for (int k = 0; k < NREC; k++) {
+				jb_init(&b, buf, sizeof(buf), J_EXEC, 0, (uint32_t)i + 1);
+				jb_u32(&b, F_PID, (uint32_t)k);
+				if (jseg_append(&g, &b, NULL))
+					_exit(1);
+			}
+			_exit(0);
+		}
+	}
+	for (int i = 0; i < NPROC; i++) {
+		assert_int_not_equal(wait(&status), -1);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(r.nrec, NPROC * (NREC + 1));
+	assert_int_equal(r.nheads, NPROC);
+	for (size_t i = 1; i < r.nrec; i++)
+		assert_true(r.rec[i].seq > r.rec[i - 1].seq);
+	jreader_close(&r);
+}
+
+static void rewrite_u16(const char *path, off_t off, uint16_t v)
+{
+	int fd = open(path, O_WRONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, &v, 2, off), 2);
+	close(fd);
+}
+
+static void test_newer_version_is_refused_with_a_message(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256], path[400];
+
+	(void)state;
+	open_session(&s, &g);
+	jseg_close(&g);
+	jsession_close(&s);
+	snprintf(path, sizeof(path), "%s/session", sdir());
+	rewrite_u16(path, 8, J_VERSION + 1);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), -EPROTONOSUPPORT);
+	assert_non_null(strstr(err, "version 2"));
+	jreader_close(&r);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), -EPROTONOSUPPORT);
+}
+
+static void test_directory_that_is_not_a_session_is_refused(void **state)
+{
+	struct jsession s;
+	struct jreader r;
+	char err[256], path[400];
+	char *argv[] = { "x", NULL };
+	struct jsession_info info = { .argv = argv };
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/keep", scratch);
+	assert_int_equal(mkdir(path, 0700), 0);
+	assert_int_equal(jsession_open(&s, scratch, &info), -EPROTO);
+	assert_int_equal(jreader_open(&r, scratch, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "not an ftsbx journal"));
+	jreader_close(&r);
+	assert_int_equal(access(path, F_OK), 0);    /* nothing of it was touched */
+}
+
+/* Cut the last record at every byte: the reader keeps everything before it
+ * and reports a torn tail unless the cut falls on the record boundary. */
+static void test_torn_tail_keeps_every_record_before_it(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jbuild b;
+	struct jreader r;
+	uint8_t buf[512];
+	char err[256], seg[400];
+	struct stat st;
+	off_t before = 0, full;
+
+	(void)state;
+	open_session(&s, &g);
+	for (int k = 0; k < 5; k++) {
+		if (k == 4)
+			before = lseek(g.fd, 0, SEEK_END);
+		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, 1);
+		jb_str(&b, F_PATH, "/bin/true");
+		assert_int_equal(jseg_append(&g, &b, NULL), 0);
+	}
+	snprintf(seg, sizeof(seg), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(stat(seg, &st), 0);
+	full = st.st_size;
+	for (off_t cut = full - 1; cut >= before; cut--) {
+		assert_int_equal(truncate(seg, cut), 0);
+		assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+		assert_int_equal(r.nrec, 5);    /* segment record + 4 intact */
+		assert_int_equal(r.ndmg, cut == before ? 0 : 1);
+		if (r.ndmg) {
+			assert_true(r.dmg[0].tail);
+			assert_int_equal(r.dmg[0].offset, before);
+		}
+		jreader_close(&r);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_crc32c_known_vector),
+		cmocka_unit_test(test_blake2b_known_vector),
+		cmocka_unit_test_setup_teardown(test_every_record_type_round_trips, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_record_too_large_is_refused_and_not_written, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_content_round_trips_stored_and_zlib, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_concurrent_creators_and_writers_agree, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_newer_version_is_refused_with_a_message, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_directory_that_is_not_a_session_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_torn_tail_keeps_every_record_before_it, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
