@@ -1,0 +1,671 @@
+/*
+ * rewind.c - rewind a session (jrewind): choose the records to undo, refuse
+ * when later transactions built on them, leave alone what changed behind the
+ * journal's back (drift), undo the rest in strictly decreasing seq (DESIGN.md
+ * invariant 3) and mark each undone record with a J_REWOUND record, so that
+ * a rewind killed half-way is finished by running it again.
+ *
+ * The order matters: a mark is written after its undo, never before, so a
+ * killed run leaves at most one record undone but unmarked; jundo() is
+ * idempotent and the next run undoes it again ("already"). The drift check
+ * would see that record's path as changed after the journal last saw it;
+ * it is told apart because it looks exactly like the pre-image (see
+ * looks_restored()).
+ *
+ * Path tables are uthash tables; this runs in txreplay, so it allocates.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uthash.h>
+#include "internal.h"
+
+#define NO_SETTLE INT64_MAX     /* settle time of a path a running txn touches */
+
+/* One entry of any table: a byte-string key (a path, a seq, a txn, a
+ * dev+ino pair) and a value. */
+struct kent {
+	UT_hash_handle hh;
+	int64_t v;
+	size_t len;
+	unsigned char key[];
+};
+
+/* P, or the end of txreplay when memory ran out (as reader.c does). */
+static void *must(void *p)
+{
+	if (!p) {
+		fputs("txreplay: out of memory\n", stderr);
+		exit(1);
+	}
+	return p;
+}
+
+static struct kent *kt_find(struct kent *h, const void *key, size_t len)
+{
+	struct kent *e;
+
+	HASH_FIND(hh, h, key, len, e);
+	return e;
+}
+
+/* The entry for KEY, created with value V when absent. */
+static struct kent *kt_put(struct kent **h, const void *key, size_t len, int64_t v)
+{
+	struct kent *e = kt_find(*h, key, len);
+
+	if (e)
+		return e;
+	e = must(calloc(1, sizeof(*e) + len));
+	memcpy(e->key, key, len);
+	e->len = len;
+	e->v = v;
+	HASH_ADD_KEYPTR(hh, *h, e->key, len, e);
+	return e;
+}
+
+static void kt_free(struct kent **h)
+{
+	struct kent *e, *t;
+
+	HASH_ITER(hh, *h, e, t) {
+		HASH_DEL(*h, e);
+		free(e);
+	}
+}
+
+static struct kent *pt_find(struct kent *h, const char *p) { return kt_find(h, p, strlen(p)); }
+static struct kent *pt_put(struct kent **h, const char *p, int64_t v) { return kt_put(h, p, strlen(p), v); }
+static struct kent *nt_find(struct kent *h, uint64_t n) { return kt_find(h, &n, sizeof(n)); }
+static struct kent *nt_put(struct kent **h, uint64_t n, int64_t v) { return kt_put(h, &n, sizeof(n), v); }
+
+static void kt_max(struct kent *e, int64_t v)
+{
+	if (v > e->v)
+		e->v = v;
+}
+
+static void kt_min(struct kent *e, int64_t v)
+{
+	if (v < e->v)
+		e->v = v;
+}
+
+/* Per-record state. */
+#define R_UNDO    0x1   /* an undo record (J_CREATE..J_META) */
+#define R_REWOUND 0x2   /* a J_REWOUND mark names it */
+#define R_SEL     0x4   /* selected for this run */
+#define R_SEEN    0x8   /* matched the selection (selected or already rewound) */
+
+struct rw {
+	const char *dir;
+	const struct jrewind_opts *o;
+	struct jrewind_stats *st;
+	struct jreader r;
+	size_t n;
+	char **path, **path2;          /* per record (undo records only) */
+	uint8_t *state;
+	struct kent *marks;            /* seq -> time of its J_REWOUND mark */
+	struct kent *ends;             /* txn -> time of its J_TXN_END */
+	struct kent *txns;             /* transactions selected (txn mode) */
+	struct kent *settle;           /* path -> settle time */
+	struct kent *held;             /* paths left alone after drift or failure */
+	struct kent *touched;          /* paths this run changed, and their parents */
+	struct kent *inodes;           /* dev+ino this run changed */
+	struct jsession s;
+	struct jseg g;
+	bool seg_open;
+	long crash_after, nundo;
+};
+
+static void say(struct rw *w, int level, const char *fmt, ...)
+{
+	char msg[PATH_MAX * 2 + 512];
+	va_list ap;
+
+	if (!w->o->say)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	w->o->say(w->o->ctx, level, msg);
+}
+
+static bool weak(const struct jrecord *c)
+{
+	return c->type == J_META && (c->flags & JR_WEAK);
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+static void report_damage(struct rw *w)
+{
+	for (size_t i = 0; i < w->r.ndmg; i++) {
+		const struct jdamage *d = &w->r.dmg[i];
+		say(w, 1, "damage: %s at offset %llu: %s%s", d->file, (unsigned long long)d->offset,
+		    d->what, d->tail ? "; the records before it still rewind" : "");
+	}
+}
+
+/* Index the records: marks, transaction ends, paths of undo records. */
+static void index_records(struct rw *w)
+{
+	uint64_t ref;
+
+	w->n = w->r.nrec;
+	w->path = must(calloc(w->n + 1, sizeof(*w->path)));
+	w->path2 = must(calloc(w->n + 1, sizeof(*w->path2)));
+	w->state = must(calloc(w->n + 1, 1));
+	for (size_t i = 0; i < w->n; i++) {
+		const struct jrecord *c = &w->r.rec[i];
+
+		if (c->type == J_REWOUND && jrec_u64(c, F_SEQREF, &ref))
+			kt_max(nt_put(&w->marks, ref, c->time_ns), c->time_ns);
+		else if (c->type == J_TXN_END)
+			kt_max(nt_put(&w->ends, c->txn, c->time_ns), c->time_ns);
+		else if (c->type >= J_CREATE && c->type <= J_META) {
+			w->state[i] = R_UNDO;
+			w->path[i] = jrec_strdup(c, F_PATH);
+			w->path2[i] = jrec_strdup(c, F_PATH2);
+			if (!w->path[i])        /* jundo() says what is wrong */
+				w->path[i] = must(calloc(1, 1));
+		}
+	}
+	for (size_t i = 0; i < w->n; i++)
+		if ((w->state[i] & R_UNDO) && nt_find(w->marks, w->r.rec[i].seq))
+			w->state[i] |= R_REWOUND;
+}
+
+/* ---- selection ---------------------------------------------------------- */
+
+static bool matches(const struct rw *w, const struct jrecord *c)
+{
+	if (w->o->txn)
+		return nt_find(w->txns, c->txn) != NULL;
+	return c->seq > w->o->to_seq;
+}
+
+/* Select every undo record that matches and is not rewound yet (a rewound
+ * one counts as already done). Called again as a cascade grows. */
+static void select_records(struct rw *w)
+{
+	for (size_t i = 0; i < w->n; i++) {
+		if (!(w->state[i] & R_UNDO) || (w->state[i] & R_SEEN) || !matches(w, &w->r.rec[i]))
+			continue;
+		w->state[i] |= R_SEEN;
+		if (w->state[i] & R_REWOUND)
+			w->st->already++;
+		else
+			w->state[i] |= R_SEL;
+	}
+}
+
+/* Call FN on P and on each of its ancestors ("/a/b/c": "/a/b", "/a", "/"). */
+static bool any_ancestor(const char *p, bool (*fn)(void *, const char *), void *ctx)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(p);
+
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, p, n + 1);
+	while (n > 1) {
+		while (n > 1 && buf[n - 1] != '/')
+			n--;
+		buf[n > 1 ? n - 1 : 1] = 0;
+		if (fn(ctx, buf))
+			return true;
+		if (n <= 1)
+			break;
+		n--;
+	}
+	return false;
+}
+
+/* The paths of the selected, non-weak records: EXACT maps a path to the
+ * lowest seq that touches it, ABOVE maps every strict ancestor of one. */
+struct deptab { struct kent *exact, *above; uint64_t seq; };
+
+static bool put_above(void *ctx, const char *a)
+{
+	struct deptab *t = ctx;
+
+	kt_min(pt_put(&t->above, a, (int64_t)t->seq), (int64_t)t->seq);
+	return false;
+}
+
+static bool exact_before(void *ctx, const char *a)
+{
+	struct deptab *t = ctx;
+	struct kent *e = pt_find(t->exact, a);
+
+	return e && (uint64_t)e->v < t->seq;
+}
+
+static void deptab_add(struct deptab *t, const char *p, uint64_t seq)
+{
+	if (!p || !*p)
+		return;
+	kt_min(pt_put(&t->exact, p, (int64_t)seq), (int64_t)seq);
+	t->seq = seq;
+	any_ancestor(p, put_above, t);
+}
+
+/* Does a record at SEQ on P build on a selected record: the same path, a
+ * path under one, or a path above one, touched earlier by the selection? */
+static bool depends(struct deptab *t, const char *p, uint64_t seq)
+{
+	struct kent *e;
+
+	if (!p || !*p)
+		return false;
+	t->seq = seq;
+	if (exact_before(t, p) || any_ancestor(p, exact_before, t))
+		return true;
+	e = pt_find(t->above, p);
+	return e && (uint64_t)e->v < seq;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Transactions outside the selection that built on it, sorted, in OUT
+ * (malloc'd). Returns how many. */
+static size_t find_dependents(struct rw *w, uint32_t **out)
+{
+	struct deptab t = { 0 };
+	struct kent *found = NULL, *e, *tmp;
+	size_t k = 0;
+
+	for (size_t i = 0; i < w->n; i++) {
+		if (!(w->state[i] & R_SEL) || weak(&w->r.rec[i]))
+			continue;
+		deptab_add(&t, w->path[i], w->r.rec[i].seq);
+		deptab_add(&t, w->path2[i], w->r.rec[i].seq);
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		const struct jrecord *c = &w->r.rec[i];
+
+		if (w->state[i] != R_UNDO || weak(c) || nt_find(w->txns, c->txn))
+			continue;
+		if (depends(&t, w->path[i], c->seq) || depends(&t, w->path2[i], c->seq))
+			nt_put(&found, c->txn, 0);
+	}
+	*out = must(malloc((HASH_COUNT(found) + 1) * sizeof(**out)));
+	HASH_ITER(hh, found, e, tmp) {
+		uint64_t txn;
+		memcpy(&txn, e->key, sizeof(txn));
+		(*out)[k++] = (uint32_t)txn;
+	}
+	qsort(*out, k, sizeof(**out), cmp_u32);
+	kt_free(&found);
+	kt_free(&t.exact);
+	kt_free(&t.above);
+	return k;
+}
+
+/* Refuse (1) when later transactions depend on the selection, or with
+ * JW_CASCADE take them in until nothing more depends. */
+static int check_dependents(struct rw *w)
+{
+	uint32_t *dep;
+	size_t k;
+
+	while ((k = find_dependents(w, &dep)) > 0) {
+		if (!(w->o->flags & JW_CASCADE)) {
+			char list[4096] = "";
+			size_t len = 0;
+			for (size_t i = 0; i < k && len < sizeof(list) - 16; i++)
+				len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%u",
+							i ? ", " : "", dep[i]);
+			say(w, 2, "transaction %u: later transactions %s changed the same paths; "
+			    "rewind them first or use --cascade", w->o->txn, list);
+			free(dep);
+			return 1;
+		}
+		for (size_t i = 0; i < k; i++) {
+			say(w, 0, "cascade: transaction %u changed the same paths; rewinding it too",
+			    dep[i]);
+			nt_put(&w->txns, dep[i], 0);
+		}
+		free(dep);
+		select_records(w);
+	}
+	free(dep);
+	return 0;
+}
+
+/* A selected weak record (a directory's times) whose path later work, left
+ * in place, touched again: the times belong to that work now. */
+static void skip_stale_weak(struct rw *w)
+{
+	struct kent *later = NULL, *e;
+
+	for (size_t i = 0; i < w->n; i++) {
+		if (w->state[i] != R_UNDO)
+			continue;
+		kt_max(pt_put(&later, w->path[i], 0), (int64_t)w->r.rec[i].seq);
+		if (w->path2[i])
+			kt_max(pt_put(&later, w->path2[i], 0), (int64_t)w->r.rec[i].seq);
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		if (!(w->state[i] & R_SEL) || !weak(&w->r.rec[i]))
+			continue;
+		e = pt_find(later, w->path[i]);
+		if (e && (uint64_t)e->v > w->r.rec[i].seq) {
+			w->state[i] &= (uint8_t)~R_SEL;
+			w->st->skipped++;
+		}
+	}
+	kt_free(&later);
+}
+
+/* ---- drift -------------------------------------------------------------- */
+
+/* The settle time of each path: when the journal last saw it settle (the
+ * end of a transaction that touched it, a rewind mark). A transaction still
+ * open (no J_TXN_END) gives its paths no settle time at all. */
+static void compute_settle(struct rw *w)
+{
+	for (size_t i = 0; i < w->n; i++) {
+		const struct jrecord *c = &w->r.rec[i];
+		struct kent *end = nt_find(w->ends, c->txn), *mark = nt_find(w->marks, c->seq);
+		int64_t t = end ? end->v : NO_SETTLE;
+
+		if (!(w->state[i] & R_UNDO))
+			continue;
+		if (mark)
+			t = end && end->v > mark->v ? end->v : mark->v;
+		kt_max(pt_put(&w->settle, w->path[i], INT64_MIN), t);
+		if (w->path2[i])
+			kt_max(pt_put(&w->settle, w->path2[i], INT64_MIN), t);
+	}
+}
+
+static int64_t ctime_ns(const struct stat *s)
+{
+	return (int64_t)s->st_ctim.tv_sec * 1000000000 + s->st_ctim.tv_nsec;
+}
+
+static bool inode_touched(struct rw *w, const struct stat *s)
+{
+	uint64_t k[2] = { (uint64_t)s->st_dev, (uint64_t)s->st_ino };
+
+	return kt_find(w->inodes, k, sizeof(k)) != NULL;
+}
+
+static void touch_inode(struct rw *w, const char *p)
+{
+	struct stat s;
+	uint64_t k[2];
+
+	if (!p || lstat(p, &s) < 0)
+		return;
+	k[0] = (uint64_t)s.st_dev;
+	k[1] = (uint64_t)s.st_ino;
+	kt_put(&w->inodes, k, sizeof(k), 0);
+}
+
+/* Put P and its parent directory ("/a/b" for "/a/b/c") into table H. */
+static void put_with_parent(struct kent **h, const char *p)
+{
+	char parent[PATH_MAX];
+	const char *slash;
+
+	if (!p || !*p)
+		return;
+	pt_put(h, p, 0);
+	slash = strrchr(p, '/');
+	if (slash && (size_t)(slash - p) < sizeof(parent)) {
+		size_t n = slash == p ? 1 : (size_t)(slash - p);
+		memcpy(parent, p, n);
+		parent[n] = 0;
+		pt_put(h, parent, 0);
+	}
+}
+
+/* A path this run changes: it, its parent and its inode are exempt from
+ * the drift check from now on. */
+static void touch_path(struct rw *w, const char *p)
+{
+	put_with_parent(&w->touched, p);
+	touch_inode(w, p);
+}
+
+/* The path is already exactly its pre-image: a rewind killed after this
+ * undo and before its mark restored it, and its ctime is that rewind's.
+ * Type, owner, mode, size and the mtime to the nanosecond (which rewind
+ * restores and no edit reproduces) must all match; a rename is back when
+ * its source holds the renamed inode again. */
+static bool looks_restored(const struct jrecord *c, const struct stat *s)
+{
+	struct jstat j;
+
+	if (c->type == J_CREATE || !jrec_stat(c, F_STAT, &j))
+		return false;
+	if (c->type == J_RENAME)
+		return (uint64_t)s->st_dev == j.dev && (uint64_t)s->st_ino == j.ino;
+	if ((s->st_mode & S_IFMT) != (j.mode & S_IFMT) || s->st_uid != j.uid || s->st_gid != j.gid)
+		return false;
+	if (!S_ISLNK(s->st_mode) && (s->st_mode & 07777) != (j.mode & 07777))
+		return false;
+	if (S_ISREG(s->st_mode) && (uint64_t)s->st_size != j.size)
+		return false;
+	return (int64_t)s->st_mtim.tv_sec * 1000000000 + s->st_mtim.tv_nsec == j.mtime_ns;
+}
+
+/* Did record I's path change after the journal last saw it? */
+static bool drifted(struct rw *w, size_t i)
+{
+	const struct jrecord *c = &w->r.rec[i];
+	struct kent *settle;
+	struct stat s;
+
+	if ((w->o->flags & JW_FORCE) || weak(c) || lstat(w->path[i], &s) < 0)
+		return false;
+	if (pt_find(w->touched, w->path[i]) || inode_touched(w, &s))
+		return false;
+	settle = pt_find(w->settle, w->path[i]);
+	if (!settle || settle->v == NO_SETTLE || settle->v == INT64_MIN || ctime_ns(&s) <= settle->v)
+		return false;
+	return !looks_restored(c, &s);
+}
+
+static bool is_held(struct rw *w, size_t i)
+{
+	return pt_find(w->held, w->path[i]) || (w->path2[i] && pt_find(w->held, w->path2[i]));
+}
+
+/* Leave record I's paths alone from now on: every lower-seq record on them
+ * too, and on their parents (whose entries are not all back, so neither
+ * their times nor their removal may be undone yet). */
+static void hold(struct rw *w, size_t i)
+{
+	put_with_parent(&w->held, w->path[i]);
+	put_with_parent(&w->held, w->path2[i]);
+}
+
+/* ---- applying ----------------------------------------------------------- */
+
+/* Append the J_REWOUND mark for SEQ through this run's own segment. */
+static int mark(struct rw *w, uint64_t seq)
+{
+	uint8_t buf[256];
+	struct jbuild b;
+	int err;
+
+	if (!w->seg_open) {
+		err = jsession_open(&w->s, w->dir, NULL);
+		if (err)
+			return err;
+		err = jseg_open(&w->g, &w->s, NULL);
+		if (err) {
+			jsession_close(&w->s);
+			return err;
+		}
+		w->seg_open = true;
+	}
+	jb_init(&b, buf, sizeof(buf), J_REWOUND, 0, 0);
+	jb_u64(&b, F_SEQREF, seq);
+	return jseg_append(&w->g, &b, NULL);
+}
+
+/* Crash testing hook: FTSBX_REWIND_CRASH_AFTER=N kills this process with
+ * SIGKILL right after its N-th undo, before that undo's mark is written:
+ * the worst moment. The test suite runs the rewind again and checks that it
+ * finishes the job. */
+static void crash_hook(struct rw *w)
+{
+	if (w->crash_after > 0 && ++w->nundo == w->crash_after)
+		raise(SIGKILL);
+}
+
+static const char *arrow(const char *p2)
+{
+	return p2 ? " -> " : "";
+}
+
+/* Undo record I: 0 done (or already), 1 left alone, -errno to stop. */
+static int apply(struct rw *w, size_t i)
+{
+	const struct jrecord *c = &w->r.rec[i];
+	const char *p2 = w->path2[i] ? w->path2[i] : "";
+	char msg[PATH_MAX + 512];
+	int ret, err;
+
+	if (w->o->flags & JW_DRY_RUN) {
+		say(w, 0, "would undo %llu %s %s%s%s", (unsigned long long)c->seq, jtype_name(c->type),
+		    w->path[i], arrow(w->path2[i]), p2);
+		return 0;
+	}
+	ret = jundo(&w->r, c, msg, sizeof(msg));
+	crash_hook(w);
+	if (ret < 0) {
+		say(w, 2, "undo %llu %s %s%s%s: %s", (unsigned long long)c->seq, jtype_name(c->type),
+		    w->path[i], arrow(w->path2[i]), p2, msg);
+		w->st->failed++;
+		hold(w, i);
+		return 1;
+	}
+	err = mark(w, c->seq);
+	if (err) {
+		say(w, 2, "cannot write the rewind mark of seq %llu to '%s': %s",
+		    (unsigned long long)c->seq, w->dir, strerror(-err));
+		return err;
+	}
+	say(w, 0, "undo %llu %s %s%s%s: %s%s%s%s", (unsigned long long)c->seq, jtype_name(c->type),
+	    w->path[i], arrow(w->path2[i]), p2, ret ? "already" : "restored",
+	    *msg ? " (" : "", msg, *msg ? ")" : "");
+	if (ret)
+		w->st->already++;
+	else
+		w->st->undone++;
+	return 0;
+}
+
+/* Undo the selection in strictly decreasing seq. Returns how many were
+ * selected, or -errno when it had to stop. */
+static long apply_all(struct rw *w)
+{
+	long selected = 0;
+	int err;
+
+	for (size_t i = w->n; i-- > 0;) {
+		if (!(w->state[i] & R_SEL))
+			continue;
+		selected++;
+		if (is_held(w, i)) {
+			w->st->skipped++;
+			continue;
+		}
+		if (drifted(w, i)) {
+			say(w, 1, "drift: %s changed after the journal last saw it; left alone "
+			    "(--force undoes it anyway)", w->path[i]);
+			w->st->drift++;
+			hold(w, i);
+			continue;
+		}
+		touch_inode(w, w->path[i]);
+		touch_inode(w, w->path2[i]);
+		err = apply(w, i);
+		touch_path(w, w->path[i]);
+		touch_path(w, w->path2[i]);
+		if (err < 0)
+			return err;
+	}
+	return selected;
+}
+
+static void cleanup(struct rw *w)
+{
+	for (size_t i = 0; i < w->n; i++) {
+		free(w->path[i]);
+		free(w->path2[i]);
+	}
+	free(w->path);
+	free(w->path2);
+	free(w->state);
+	kt_free(&w->marks);
+	kt_free(&w->ends);
+	kt_free(&w->txns);
+	kt_free(&w->settle);
+	kt_free(&w->held);
+	kt_free(&w->touched);
+	kt_free(&w->inodes);
+	if (w->seg_open) {
+		jseg_close(&w->g);
+		jsession_close(&w->s);
+	}
+	jreader_close(&w->r);
+}
+
+int jrewind(const char *dir, const struct jrewind_opts *o, struct jrewind_stats *st)
+{
+	struct jrewind_stats dummy;
+	struct rw w = { .dir = dir, .o = o };
+	const char *crash = getenv("FTSBX_REWIND_CRASH_AFTER");
+	char err[PATH_MAX + 256];
+	long selected;
+	int ret;
+
+	w.st = st ? st : &dummy;
+	memset(w.st, 0, sizeof(*w.st));
+	w.crash_after = crash ? strtol(crash, NULL, 10) : 0;
+	ret = jreader_open(&w.r, dir, err, sizeof(err));
+	if (ret < 0) {
+		say(&w, 2, "%s", err);
+		jreader_close(&w.r);
+		return ret;
+	}
+	report_damage(&w);
+	index_records(&w);
+	if (o->txn)
+		nt_put(&w.txns, o->txn, 0);
+	select_records(&w);
+	ret = o->txn ? check_dependents(&w) : 0;
+	if (ret)
+		goto out;
+	skip_stale_weak(&w);
+	compute_settle(&w);
+	selected = apply_all(&w);
+	if (selected < 0) {
+		ret = (int)selected;
+		goto out;
+	}
+	if (selected == 0)
+		say(&w, 0, "nothing to do");
+	ret = w.st->drift || w.st->failed ? 1 : 0;
+out:
+	cleanup(&w);
+	return ret;
+}
