@@ -81,6 +81,7 @@ struct jseg {
 	uint8_t link[J_LINK_LEN];
 	pthread_mutex_t lock;          /* in-process only: orders seq, chain and write */
 	uint64_t first_seq;
+	uint64_t end;                  /* bytes written: where the next record goes */
 };
 
 /* Create this process's segment (log/SEQ-PID.ftj) and write its J_SEGMENT

@@ -214,6 +214,7 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 		return err;
 	}
 	g->fd = fd;
+	g->end = sizeof(hdr) + b.len;
 	pthread_mutex_init(&g->lock, NULL);
 	return 0;
 }
@@ -229,13 +230,11 @@ void jseg_close(struct jseg *g)
 static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq)
 {
 	uint8_t saved[J_LINK_LEN];
-	off_t end;
 	int err;
 
 	if (g->fd < 0)
 		return -EBADF;
 	memcpy(saved, g->link, J_LINK_LEN);
-	end = lseek(g->fd, 0, SEEK_END);
 	err = jframe(g->s, g->link, b, seq, jnow_ns());
 	if (!err)
 		err = jwrite_all(g->fd, b->buf, b->len);
@@ -246,13 +245,15 @@ static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq)
 		 * cut the segment back and keep the chain where it was. If
 		 * even that fails, give the segment up: the caller opens a
 		 * new one, and the reader sees this one's torn tail. */
-		if (end < 0 || ftruncate(g->fd, end) < 0) {
+		if (ftruncate(g->fd, (off_t)g->end) < 0) {
 			close(g->fd);
 			g->fd = -1;
 		}
 		memcpy(g->link, saved, J_LINK_LEN);
+		return err;
 	}
-	return err;
+	g->end += b->len;       /* this process is the segment's only writer */
+	return 0;
 }
 
 int jseg_append_seq(struct jseg *g, struct jbuild *b, uint64_t seq)

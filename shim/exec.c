@@ -182,8 +182,8 @@ EXPORT int execve(const char *p, char *const a[], char *const e[])
 	int r;
 
 	if (!exec_enter(&c, p, a))
-		return real_execve(p, a, e);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = real_execve(p, a, fixed); });
+		return REAL(execve)(p, a, e);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execve)(p, a, fixed); });
 	return r;
 }
 
@@ -193,8 +193,8 @@ EXPORT int execveat(int d, const char *p, char *const a[], char *const e[], int 
 	int r;
 
 	if (!exec_enter(&c, p, a))
-		return real_execveat(d, p, a, e, fl);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = real_execveat(d, p, a, fixed, fl); });
+		return REAL(execveat)(d, p, a, e, fl);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execveat)(d, p, a, fixed, fl); });
 	return r;
 }
 
@@ -204,8 +204,8 @@ EXPORT int fexecve(int fd, char *const a[], char *const e[])
 	int r;
 
 	if (!exec_enter(&c, "(fexecve)", a))
-		return real_fexecve(fd, a, e);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = real_fexecve(fd, a, fixed); });
+		return REAL(fexecve)(fd, a, e);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(fexecve)(fd, a, fixed); });
 	return r;
 }
 
@@ -215,8 +215,8 @@ EXPORT int execvpe(const char *f, char *const a[], char *const e[])
 	int r;
 
 	if (!exec_enter(&c, f, a))
-		return real_execvpe(f, a, e);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = real_execvpe(f, a, fixed); });
+		return REAL(execvpe)(f, a, e);
+	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execvpe)(f, a, fixed); });
 	return r;
 }
 
@@ -279,9 +279,9 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 	int r;
 
 	if (!hook_enter(&c))
-		return (search ? real_posix_spawnp : real_posix_spawn)(pid, p, fa, at, a, e);
+		return (search ? real_posix_spawnp : REAL(posix_spawn))(pid, p, fa, at, a, e);
 	WITH_ENV(e, fixed, {
-		r = (search ? real_posix_spawnp : real_posix_spawn)(&child, p, fa, at, a, fixed);
+		r = (search ? real_posix_spawnp : REAL(posix_spawn))(&child, p, fa, at, a, fixed);
 	});
 	if (r == 0)
 		record_exec(p, a, child);
@@ -319,11 +319,11 @@ EXPORT int system(const char *cmd)
 	char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
 
 	if (!hook_enter(&c) || !cmd)
-		return real_system(cmd);
+		return REAL(system)(cmd);
 	environ_restore();
 	record_exec("/bin/sh", argv, 0);
 	hook_leave(&c);
-	return real_system(cmd);
+	return REAL(system)(cmd);
 }
 
 EXPORT FILE *popen(const char *cmd, const char *mode)
@@ -332,15 +332,15 @@ EXPORT FILE *popen(const char *cmd, const char *mode)
 	char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
 
 	if (!hook_enter(&c))
-		return real_popen(cmd, mode);
+		return REAL(popen)(cmd, mode);
 	environ_restore();
 	record_exec("/bin/sh", argv, 0);
 	hook_leave(&c);
-	return real_popen(cmd, mode);
+	return REAL(popen)(cmd, mode);
 }
 
 EXPORT pid_t vfork(void)
 {
 	shim_ensure();
-	return real_fork();
+	return REAL(fork)();
 }

@@ -5,6 +5,7 @@
  * ours fails with EBADF as if it were not open, a dup onto one moves ours
  * out of the way first, and a range close skips ours.
  */
+#include <stdarg.h>
 #include <unistd.h>
 #include "shim.h"
 
@@ -31,7 +32,7 @@ static void move_ours(int fd)
 	for (size_t i = 0; i < NOURS; i++)
 		if (*ours[i] == fd)
 			*ours[i] = n;
-	real_close(fd);
+	REAL(close)(fd);
 }
 
 EXPORT int close(int fd)
@@ -41,7 +42,8 @@ EXPORT int close(int fd)
 		errno = EBADF;
 		return -1;
 	}
-	return real_close(fd);
+	fdcache_drop(fd);
+	return REAL(close)(fd);
 }
 
 EXPORT int dup2(int a, int b)
@@ -52,7 +54,8 @@ EXPORT int dup2(int a, int b)
 		move_ours(b);
 		errno = e;
 	}
-	return real_dup2(a, b);
+	fdcache_drop(b);
+	return REAL(dup2)(a, b);
 }
 
 EXPORT int dup3(int a, int b, int fl)
@@ -63,7 +66,8 @@ EXPORT int dup3(int a, int b, int fl)
 		move_ours(b);
 		errno = e;
 	}
-	return real_dup3(a, b, fl);
+	fdcache_drop(b);
+	return REAL(dup3)(a, b, fl);
 }
 
 /* Close [lo, hi] but our descriptors, in the pieces between them. */
@@ -72,8 +76,9 @@ EXPORT int close_range(unsigned lo, unsigned hi, int fl)
 	unsigned from = lo;
 
 	shim_ensure();
+	fdcache_drop_range(lo, hi);
 	if (!shim_ready)
-		return real_close_range(lo, hi, fl);
+		return REAL(close_range)(lo, hi, fl);
 	for (;;) {
 		unsigned next = hi;
 		bool found = false;
@@ -85,8 +90,8 @@ EXPORT int close_range(unsigned lo, unsigned hi, int fl)
 			}
 		}
 		if (!found)
-			return real_close_range(from, hi, fl);
-		if (next > from && real_close_range(from, next - 1, fl) < 0)
+			return REAL(close_range)(from, hi, fl);
+		if (next > from && REAL(close_range)(from, next - 1, fl) < 0)
 			return -1;
 		if (next == hi)
 			return 0;
@@ -98,4 +103,64 @@ EXPORT void closefrom(int fd)
 {
 	if (fd >= 0)
 		close_range((unsigned)fd, ~0u, 0);
+}
+
+static void dup_cached(int from, int to)
+{
+	char p[PATH_MAX];
+
+	if (to >= 0 && path_fd_cached(from, p))
+		fdcache_put(to, p);
+}
+
+EXPORT int dup(int fd)
+{
+	shim_ensure();
+	int r = REAL(dup)(fd);
+	if (r >= 0 && shim_ready) {
+		int e = errno;
+		dup_cached(fd, r);
+		errno = e;
+	}
+	return r;
+}
+
+static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
+{
+	int r;
+
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
+		r = real(fd, cmd, arg);
+		if (r >= 0 && shim_ready) {
+			int e = errno;
+			dup_cached(fd, r);
+			errno = e;
+		}
+		return r;
+	}
+	return real(fd, cmd, arg);
+}
+
+EXPORT int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	shim_ensure();
+	return fcntl_hook(REAL(fcntl), fd, cmd, arg);
+}
+
+EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	shim_ensure();
+	return fcntl_hook(REAL(fcntl64), fd, cmd, arg);
 }

@@ -70,6 +70,21 @@ static int capture(const char *p, enum jcap_op op)
 	return err;
 }
 
+static int refuse_unjournaled(const char *p, int err);
+
+static int capture_remove(const char *p)
+{
+	struct jseg *g;
+	int err;
+
+	if (untracked(p))
+		return 0;
+	err = shim_segment(&g);
+	if (!err)
+		err = jcap_remove(g, shim.txn, p);
+	return err ? refuse_unjournaled(p, err) : 0;
+}
+
 static int refuse_unjournaled(const char *p, int err)
 {
 	if (err == -ENOENT || err == -ENOTDIR)
@@ -99,8 +114,16 @@ static bool writes(int flags)
 HIDDEN int pre_open(int dirfd, const char *path, int flags)
 {
 	char p[PATH_MAX];
+
+	return pre_open_abs(dirfd, path, flags, p);
+}
+
+HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX])
+{
 	int err = path_abs(p, dirfd, path);
 
+	if (err)
+		p[0] = 0;
 	if (err)
 		return writes(flags) ? refuse_unjournaled(path, err) : 0;
 	if (!writes(flags) || (flags & __O_TMPFILE) == __O_TMPFILE)
@@ -151,7 +174,10 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	(void)flags;
 	if (err)
 		return refuse_unjournaled(path, err);
-	return check("remove", p, JC_REMOVE, false);
+	fdcache_forget(p);
+	if ((err = off_limits("remove", p)))
+		return err;
+	return capture_remove(p);
 }
 
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags)
@@ -166,6 +192,8 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		return refuse_unjournaled(o, err);
 	if ((err = off_limits("rename", from)) || (err = off_limits("rename", to)))
 		return err;
+	fdcache_forget(from);
+	fdcache_forget(to);
 	if (untracked(from) && untracked(to))
 		return 0;
 	err = shim_segment(&g);
@@ -229,14 +257,14 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		struct hook_ctx c;                 \
 		int err;                           \
 		if (!hook_enter(&c))               \
-			return real_##name args;   \
+			return REAL(name) args;    \
 		err = (pre);                       \
 		if (err) {                         \
 			hook_refuse(&c, err);      \
 			return fail;               \
 		}                                  \
 		hook_leave(&c);                    \
-		return real_##name args;           \
+		return REAL(name) args;            \
 	}
 #include "hooks.def"
 #undef HOOK

@@ -17,35 +17,44 @@
 
 enum open_kind { K_OPEN, K_OPEN64, K_OPENAT, K_OPENAT64, K_OPEN_2, K_OPEN64_2, K_OPENAT_2, K_OPENAT64_2 };
 
-static int real_open_any(enum open_kind k, int d, const char *p, int f, mode_t m)
+static int call_real_open(enum open_kind k, int d, const char *p, int f, mode_t m)
 {
 	switch (k) {
-	case K_OPEN:       return real_open(p, f, m);
-	case K_OPEN64:     return real_open64(p, f, m);
-	case K_OPENAT:     return real_openat(d, p, f, m);
-	case K_OPENAT64:   return real_openat64(d, p, f, m);
-	case K_OPEN_2:     return real___open_2(p, f);
-	case K_OPEN64_2:   return real___open64_2(p, f);
-	case K_OPENAT_2:   return real___openat_2(d, p, f);
-	case K_OPENAT64_2: return real___openat64_2(d, p, f);
+	case K_OPEN:       return REAL(open)(p, f, m);
+	case K_OPEN64:     return REAL(open64)(p, f, m);
+	case K_OPENAT:     return REAL(openat)(d, p, f, m);
+	case K_OPENAT64:   return REAL(openat64)(d, p, f, m);
+	case K_OPEN_2:     return REAL(__open_2)(p, f);
+	case K_OPEN64_2:   return REAL(__open64_2)(p, f);
+	case K_OPENAT_2:   return REAL(__openat_2)(d, p, f);
+	case K_OPENAT64_2: return REAL(__openat64_2)(d, p, f);
 	}
 	return -1;
 }
 
 static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 {
+	char abs[PATH_MAX];
 	struct hook_ctx c;
-	int err;
+	int err, fd;
 
 	if (!hook_enter(&c))
-		return real_open_any(k, d, p, f, m);
-	err = pre_open(d, p, f);
+		return call_real_open(k, d, p, f, m);
+	err = pre_open_abs(d, p, f, abs);
 	if (err) {
 		hook_refuse(&c, err);
 		return -1;
 	}
 	hook_leave(&c);
-	return real_open_any(k, d, p, f, m);
+	fd = call_real_open(k, d, p, f, m);
+	/* Remember where directories and written files are, for the *at and
+	 * f* calls that come next (O_PATH ones too: fts uses them). */
+	if (fd >= 0 && abs[0] && ((f & (O_DIRECTORY | O_PATH)) || (f & O_ACCMODE) != O_RDONLY)) {
+		int e = errno;
+		fdcache_put(fd, abs);
+		errno = e;
+	}
+	return fd;
 }
 
 static bool has_mode(int f)
@@ -116,6 +125,8 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_futimesat:  return pre_path(I(0), S(1), JC_META, 1);
 	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
+	case SYS_close:      fdcache_drop(I(0)); return 0;
+	case SYS_close_range: fdcache_drop_range((unsigned)a[0], (unsigned)a[1]); return 0;
 	}
 	return 0;
 #undef S
@@ -134,12 +145,12 @@ EXPORT long syscall(long n, ...)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
 	if (!hook_enter(&c))
-		return real_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+		return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 	err = pre_syscall(n, a);
 	if (err) {
 		hook_refuse(&c, err);
 		return -1;
 	}
 	hook_leave(&c);
-	return real_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

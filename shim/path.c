@@ -14,11 +14,11 @@
  * thread never sees a half-written cwd (a chdir race at worst gives the
  * previous one, as the kernel could have too). */
 static char cwd_buf[2][PATH_MAX];
-static int cwd_cur;
+static int cwd_cur = -1;        /* -1: not read yet (read at first need) */
 
 HIDDEN void cwd_refresh(void)
 {
-	int next = !__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE);
+	int next = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) != 0 ? 0 : 1;
 
 	if (!getcwd(cwd_buf[next], PATH_MAX))
 		cwd_buf[next][0] = 0;
@@ -57,11 +57,96 @@ HIDDEN void path_normalise(char *p)
 	*w = 0;
 }
 
+/*
+ * The paths of descriptors this process opened through a hook (directories
+ * and files opened for writing), so that the *at and f* calls on them need
+ * no readlink of /proc/self/fd. Each entry keeps the inode it was opened
+ * on and is checked with an fstat (much cheaper than the readlink) before
+ * use, since glibc closes descriptors internally (fclose, closedir) where
+ * no hook sees it and the number may come back for another file. Entries
+ * are also dropped when their fd is closed or duplicated over (fdguard.c)
+ * and when this process removes or renames their path or a directory above
+ * it. A directory renamed by another process while this one holds it open
+ * is not seen: the path recorded is then the old one (a documented limit).
+ * Each entry is a seqlock: a reader never takes a half-written path.
+ */
+#define FDC_N 64
+static struct fdc {
+	unsigned gen;          /* odd while being written; 0: never used */
+	int fd;                /* -1: empty */
+	dev_t dev;
+	ino_t ino;
+	char path[PATH_MAX];
+} fdc[FDC_N];
+
+static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *p)
+{
+	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
+	e->fd = fd;
+	if (st) {
+		e->dev = st->st_dev;
+		e->ino = st->st_ino;
+		snprintf(e->path, PATH_MAX, "%s", p);
+	}
+	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
+}
+
+HIDDEN void fdcache_put(int fd, const char *p)
+{
+	struct stat st;
+
+	if (fd >= 0 && fstat(fd, &st) == 0)
+		fdc_write(&fdc[fd % FDC_N], fd, &st, p);
+}
+
+HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi)
+{
+	for (int i = 0; i < FDC_N; i++)
+		if (fdc[i].gen && fdc[i].fd >= 0 && (unsigned)fdc[i].fd >= lo && (unsigned)fdc[i].fd <= hi)
+			fdc_write(&fdc[i], -1, NULL, NULL);
+}
+
+HIDDEN void fdcache_drop(int fd)
+{
+	if (fd >= 0)
+		fdcache_drop_range((unsigned)fd, (unsigned)fd);
+}
+
+/* Forget every entry for PATH or below it (it is being removed or renamed). */
+HIDDEN void fdcache_forget(const char *path)
+{
+	size_t n = strlen(path);
+
+	for (int i = 0; i < FDC_N; i++)
+		if (fdc[i].gen && fdc[i].fd >= 0 && path_under(fdc[i].path, path, n))
+			fdc_write(&fdc[i], -1, NULL, NULL);
+}
+
+HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
+{
+	struct fdc *e = &fdc[(unsigned)fd % FDC_N];
+	unsigned g = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
+	struct stat st;
+	dev_t dev;
+	ino_t ino;
+
+	if (!g || (g & 1) || e->fd != fd)
+		return false;
+	dev = e->dev;
+	ino = e->ino;
+	memcpy(out, e->path, PATH_MAX);
+	if (__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) != g || e->fd != fd)
+		return false;
+	return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
 HIDDEN int path_fd(char out[PATH_MAX], int fd)
 {
 	char proc[32];
 	ssize_t n;
 
+	if (path_fd_cached(fd, out))
+		return 0;
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 	n = readlink(proc, out, PATH_MAX - 1);
 	if (n < 0)
@@ -120,6 +205,8 @@ HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path)
 		strcpy(out, path);
 	} else {
 		if (dirfd == AT_FDCWD) {
+			if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
+				cwd_refresh();
 			const char *c = cwd_buf[__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE)];
 			if (!*c)
 				return -ENOENT;
@@ -144,7 +231,7 @@ HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path)
 EXPORT int chdir(const char *p)
 {
 	shim_ensure();
-	int r = real_chdir(p);
+	int r = REAL(chdir)(p);
 
 	if (r == 0 && shim_ready) {
 		int e = errno;
@@ -157,7 +244,7 @@ EXPORT int chdir(const char *p)
 EXPORT int fchdir(int fd)
 {
 	shim_ensure();
-	int r = real_fchdir(fd);
+	int r = REAL(fchdir)(fd);
 
 	if (r == 0 && shim_ready) {
 		int e = errno;

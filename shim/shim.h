@@ -32,6 +32,16 @@
 #include "hooks-extra.def"
 #undef HOOK
 
+/* The real function, looked up at its first use: a process pays for the
+ * symbols it calls, not for the whole table (resolving all of them at start
+ * doubled the cost of an exec of /bin/true). Two threads racing here store
+ * the same pointer. */
+HIDDEN void *shim_dlsym(const char *name);
+#define REAL(name) (*({                                                          \
+	if (__builtin_expect(real_##name == NULL, 0))                             \
+		real_##name = (__typeof__(real_##name))shim_dlsym(#name);         \
+	&real_##name; }))
+
 struct hook_ctx {
 	int saved_errno;
 };
@@ -76,6 +86,8 @@ static inline void hook_refuse(struct hook_ctx *c, int err)
 
 /* Pre-change checks: 0 (go on) or the errno that refuses the call. */
 HIDDEN int pre_open(int dirfd, const char *path, int flags);
+/* The same, leaving the absolute path in ABS ("" when none was made). */
+HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX]);
 HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode);
 HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
 HIDDEN int pre_remove(int dirfd, const char *path, int flags);
@@ -91,6 +103,11 @@ HIDDEN int path_fd(char out[PATH_MAX], int fd);
 HIDDEN void path_normalise(char *p);
 HIDDEN void cwd_refresh(void);
 HIDDEN bool path_under(const char *path, const char *dir, size_t dirlen);
+HIDDEN void fdcache_put(int fd, const char *path);
+HIDDEN void fdcache_drop(int fd);
+HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi);
+HIDDEN void fdcache_forget(const char *path);
+HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX]);
 
 /* state.c: the session, this process's segment, the transaction. */
 struct shim_state {

@@ -1,6 +1,6 @@
 /*
- * state.c - the shim's process state: the constructor that resolves every
- * real_* symbol once, the session and transaction taken from the
+ * state.c - the shim's process state: the constructor, the lookup of the
+ * real functions (at first use), the session and transaction taken from the
  * environment (FTSBX_JOURNAL, FTSBX_TXN; the first process of a session
  * creates both and exports them), this process's segment opened at its
  * first record (a forked child gets its own), and refusal reports.
@@ -23,13 +23,23 @@ HIDDEN bool shim_ready;
 HIDDEN struct shim_state shim;
 static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void resolve_symbols(void)
+HIDDEN void *shim_dlsym(const char *name)
 {
-#define HOOK(ret, name, params, args, fail, pre) \
-	real_##name = (ret(*) params)dlsym(RTLD_NEXT, #name);
-#include "hooks.def"
-#include "hooks-extra.def"
-#undef HOOK
+	void *p = NULL;
+
+	/* dlsym(RTLD_NEXT) may hand back the oldest version of a versioned
+	 * symbol (glibc bug 14932): ask for the current posix_spawn. */
+	if (!strncmp(name, "posix_spawn", 11))
+		p = dlvsym(RTLD_NEXT, name, "GLIBC_2.15");
+	if (!p)
+		p = dlsym(RTLD_NEXT, name);
+	if (!p) {
+		static const char msg[] = "ftsbx: the C library lacks a function the program calls\n";
+		if (write(2, msg, sizeof(msg) - 1) < 0)
+			_exit(127);
+		_exit(127);
+	}
+	return p;
 }
 
 /* Write a whole message to stderr with the real write (no stdio). */
@@ -59,9 +69,13 @@ HIDDEN void shim_say(const char *what, const char *path, int err, const char *wh
 
 /* Open the session on first use; open this process's segment on its first
  * record (again in a forked child). Called inside a hook. */
+/* This process's pid, kept by the atfork child handler instead of a
+ * getpid() system call per change. */
+static pid_t my_pid;
+
 HIDDEN int shim_segment(struct jseg **g)
 {
-	pid_t pid = getpid();
+	pid_t pid = my_pid ? my_pid : (my_pid = getpid());
 	int err = 0;
 
 	pthread_mutex_lock(&seg_lock);
@@ -108,6 +122,7 @@ HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char
 static void atfork_child(void)
 {
 	pthread_mutex_init(&seg_lock, NULL);
+	my_pid = getpid();
 }
 
 /* The default session directory when FTSBX_JOURNAL is unset:
@@ -128,10 +143,22 @@ static void default_journal(char *out, size_t n)
 			 stamp, (int)getpid());
 }
 
+/* This library's path: the LD_PRELOAD entry that names it, else dladdr. */
 static void self_path(void)
 {
+	const char *pre = getenv("LD_PRELOAD");
 	Dl_info info;
 
+	for (const char *s = pre; s && *s;) {
+		size_t n = strcspn(s, " :");
+		if (n >= 11 && n < sizeof(shim.self) && !memcmp(s + n - 11, "libftsbx.so", 11)) {
+			memcpy(shim.self, s, n);
+			shim.self[n] = 0;
+			if (shim.self[0] == '/')
+				return;
+		}
+		s += n + (s[n] != 0);
+	}
 	if (dladdr((void *)self_path, &info) && info.dli_fname)
 		snprintf(shim.self, sizeof(shim.self), "%s", info.dli_fname);
 }
@@ -153,7 +180,8 @@ static void start_session(void)
 		_exit(126);
 	}
 	shim.journal_len = strlen(shim.journal);
-	setenv("FTSBX_JOURNAL", shim.journal, 1);
+	if (strcmp(j, shim.journal))
+		setenv("FTSBX_JOURNAL", shim.journal, 1);
 	if (t && *t) {
 		shim.txn = (uint32_t)strtoul(t, NULL, 10);
 		return;
@@ -178,9 +206,7 @@ HIDDEN __attribute__((constructor)) void shim_init(void)
 	if (shim_ready || __atomic_exchange_n(&started, true, __ATOMIC_ACQ_REL))
 		return;
 	shim_busy = true;
-	resolve_symbols();
 	self_path();
-	cwd_refresh();
 	start_session();
 	env_capture();
 	pthread_atfork(NULL, NULL, atfork_child);
