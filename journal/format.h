@@ -12,6 +12,9 @@
  *                        the next transaction id. Both only grow (atomic add).
  *     log/S-PID.ftj      one append-only segment per writer (process, or
  *                        txreplay's own marks); S is the segment's first seq.
+ *     reserve            up to 128 KiB of allocated space (less on a small
+ *                        filesystem), freed by txreplay to write its rewind
+ *                        marks when the filesystem is full
  *     objects/S.gz       a large pre-image, gzip framed (zcat reads it)
  *     objects/S.ino      a preserved inode: a hard link to a removed file
  *
@@ -91,6 +94,7 @@
 #define J_FIELD_HDR     6               /* u16 tag + u32 n */
 #define J_SEQ_FILE_SIZE 4096
 #define J_INLINE_MAX    (256u << 10)    /* pre-images up to this many bytes stay in the record */
+#define J_RESERVE_SIZE  (128u << 10)
 
 /* Record types. Each lists its fields; [opt] marks optional ones. */
 enum jtype {
@@ -104,7 +108,7 @@ enum jtype {
 	J_CREATE    = 10, /* PATH: did not exist. Undo: remove what is there. */
 	J_CONTENT   = 11, /* PATH STAT DATA|OBJECT [XATTRS]: bytes and metadata of a
 	                     regular file changed in place. Undo: rewrite the same inode. */
-	J_APPEND    = 12, /* PATH STAT: opened for append; STAT.size is the old size.
+	J_APPEND    = 12, /* PATH STAT [XATTRS]: opened for append; STAT.size is the old size.
 	                     Undo: truncate to it, restore metadata. */
 	J_REMOVE    = 13, /* PATH STAT [INODE|DATA|OBJECT|TARGET] [XATTRS]: the path is about
 	                     to be removed or replaced. Regular files keep their inode

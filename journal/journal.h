@@ -47,6 +47,8 @@ struct jsession_info {
  * -EPROTONOSUPPORT for another format version. */
 int  jsession_open(struct jsession *s, const char *dir, const struct jsession_info *info);
 void jsession_close(struct jsession *s);
+/* Free the session's reserved space (for rewind marks on a full disk). */
+int  jsession_release_reserve(struct jsession *s);
 /* Fresh numbers from the shared counters. */
 uint64_t jsession_next_seq(struct jsession *s);
 uint32_t jsession_next_txn(struct jsession *s);

@@ -115,6 +115,7 @@ struct rw {
 	struct kent *ends;             /* txn -> time of its J_TXN_END */
 	struct kent *txns;             /* transactions selected (txn mode) */
 	struct kent *settle;           /* path -> settle time */
+	struct kent *isettle;          /* dev+ino of a pre-image -> settle time */
 	struct kent *held;             /* paths left alone after drift or failure */
 	struct kent *touched;          /* paths this run changed, and their parents */
 	struct kent *inodes;           /* dev+ino this run changed */
@@ -389,6 +390,14 @@ static void compute_settle(struct rw *w)
 		kt_max(pt_put(&w->settle, w->path[i], INT64_MIN), t);
 		if (w->path2[i])
 			kt_max(pt_put(&w->settle, w->path2[i], INT64_MIN), t);
+		/* The same inode under another name (a hard link, a renamed
+		 * directory) settles with it: a rewind of that name's record
+		 * changes this one's ctime too. */
+		struct jstat j;
+		if (t != NO_SETTLE && jrec_stat(c, F_STAT, &j)) {
+			uint64_t k[2] = { j.dev, j.ino };
+			kt_max(kt_put(&w->isettle, k, sizeof(k), INT64_MIN), t);
+		}
 	}
 }
 
@@ -478,6 +487,10 @@ static bool drifted(struct rw *w, size_t i)
 	settle = pt_find(w->settle, w->path[i]);
 	if (!settle || settle->v == NO_SETTLE || settle->v == INT64_MIN || ctime_ns(&s) <= settle->v)
 		return false;
+	uint64_t k[2] = { (uint64_t)s.st_dev, (uint64_t)s.st_ino };
+	struct kent *is = kt_find(w->isettle, k, sizeof(k));
+	if (is && is->v != INT64_MIN && ctime_ns(&s) <= is->v)
+		return false;
 	return !looks_restored(c, &s);
 }
 
@@ -497,27 +510,43 @@ static void hold(struct rw *w, size_t i)
 
 /* ---- applying ----------------------------------------------------------- */
 
+/* Open this run's own segment for its marks. On a full filesystem the
+ * session's reserve (format.h) is freed once to make room. */
+static int open_marks(struct rw *w)
+{
+	int err;
+
+	if (w->seg_open)
+		return 0;
+	err = jsession_open(&w->s, w->dir, NULL);
+	if (err)
+		return err;
+	err = jseg_open(&w->g, &w->s, NULL);
+	if (err == -ENOSPC && jsession_release_reserve(&w->s) == 0)
+		err = jseg_open(&w->g, &w->s, NULL);
+	if (err) {
+		jsession_close(&w->s);
+		return err;
+	}
+	w->seg_open = true;
+	return 0;
+}
+
 /* Append the J_REWOUND mark for SEQ through this run's own segment. */
 static int mark(struct rw *w, uint64_t seq)
 {
 	uint8_t buf[256];
 	struct jbuild b;
-	int err;
+	int err = open_marks(w);
 
-	if (!w->seg_open) {
-		err = jsession_open(&w->s, w->dir, NULL);
-		if (err)
-			return err;
-		err = jseg_open(&w->g, &w->s, NULL);
-		if (err) {
-			jsession_close(&w->s);
-			return err;
-		}
-		w->seg_open = true;
-	}
+	if (err)
+		return err;
 	jb_init(&b, buf, sizeof(buf), J_REWOUND, 0, 0);
 	jb_u64(&b, F_SEQREF, seq);
-	return jseg_append(&w->g, &b, NULL);
+	err = jseg_append(&w->g, &b, NULL);
+	if (err == -ENOSPC && jsession_release_reserve(&w->s) == 0)
+		err = jseg_append(&w->g, &b, NULL);
+	return err;
 }
 
 /* Crash testing hook: FTSBX_REWIND_CRASH_AFTER=N kills this process with
@@ -580,6 +609,17 @@ static long apply_all(struct rw *w)
 	long selected = 0;
 	int err;
 
+	/* Be able to record progress before changing anything. */
+	for (size_t i = 0; i < w->n && !(w->o->flags & JW_DRY_RUN); i++) {
+		if (w->state[i] & R_SEL) {
+			err = open_marks(w);
+			if (err) {
+				say(w, 2, "cannot write rewind marks into '%s': %s", w->dir, strerror(-err));
+				return err;
+			}
+			break;
+		}
+	}
 	for (size_t i = w->n; i-- > 0;) {
 		if (!(w->state[i] & R_SEL))
 			continue;
@@ -619,6 +659,7 @@ static void cleanup(struct rw *w)
 	kt_free(&w->ends);
 	kt_free(&w->txns);
 	kt_free(&w->settle);
+	kt_free(&w->isettle);
 	kt_free(&w->held);
 	kt_free(&w->touched);
 	kt_free(&w->inodes);

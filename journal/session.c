@@ -82,10 +82,30 @@ static int write_file_at(int dfd, const char *name, const void *p, size_t n)
 	return err;
 }
 
+/* Space kept for txreplay's rewind marks on a full filesystem: as much of
+ * J_RESERVE_SIZE as the filesystem spares (a small one gets less). */
+static int make_reserve(int dfd)
+{
+	int fd = openat(dfd, "reserve", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	int err = ENOSPC;
+
+	if (fd < 0)
+		return -errno;
+	for (off_t n = J_RESERVE_SIZE; n >= 8192 && err == ENOSPC; n /= 4)
+		err = posix_fallocate(fd, 0, n);
+	close(fd);
+	return err == 0 || err == ENOSPC || err == EOPNOTSUPP || err == EINVAL ? 0 : -err;
+}
+
+int jsession_release_reserve(struct jsession *s)
+{
+	return unlinkat(s->dirfd, "reserve", 0) == 0 ? 0 : -errno;
+}
+
 static void remove_tmp(const char *tmp)
 {
 	char p[PATH_MAX];
-	static const char *const names[] = { "session", "seq", "log", "objects" };
+	static const char *const names[] = { "session", "seq", "reserve", "log", "objects" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(p, sizeof(p), "%s/%s", tmp, names[i]);
@@ -128,6 +148,8 @@ static int create_session(const char *dir, const struct jsession_info *info)
 		goto out;
 	}
 	err = write_file_at(dfd, "seq", zero, sizeof(zero));
+	if (!err)
+		err = make_reserve(dfd);
 	if (err)
 		goto out;
 	memset(&s, 0, sizeof(s));

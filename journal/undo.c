@@ -218,9 +218,9 @@ out:
 
 /* ---- metadata ----------------------------------------------------------- */
 
-/* What restore_meta() puts back: J_APPEND records carry no xattrs (their
- * absence is not an empty set there), weak J_META records only times. */
-enum meta { META_ALL, META_NO_XATTRS, META_TIMES };
+/* What restore_meta() puts back: everything, or (weak J_META records)
+ * only the times. A record without F_XATTRS had none. */
+enum meta { META_ALL, META_TIMES };
 
 /* Put back owner, mode, xattrs and times of PATH from ST, as far as WHAT
  * says. Sets u->changed when anything differed. */
@@ -458,7 +458,7 @@ static int undo_append(struct undo *u)
 		u->changed = true;
 	}
 	if (!err)
-		err = restore_meta(u, u->path, &u->st, META_NO_XATTRS);
+		err = restore_meta(u, u->path, &u->st, META_ALL);
 	return err ? err : !u->changed;
 }
 

@@ -1,0 +1,828 @@
+/*
+ * capture.c - save a path's pre-image before the shim lets a change through:
+ * undo before do (DESIGN.md invariant 1), once per transaction (invariant 2,
+ * with dedup.c), in the cheapest exact form (invariant 5): "did not exist",
+ * the old size, a hard link into objects/, or a compressed copy.
+ *
+ * Runs inside host processes: no malloc and no stdio; scratch space is
+ * mmap'd (zlib gets mmap allocators too) and unmapped before returning.
+ * Every function returns 0 only once its record is written.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>              /* snprintf and RENAME_* only */
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+#include <zlib.h>
+#include "internal.h"
+#include "dedup.h"
+
+#define CHUNK      (256u << 10)         /* streaming unit for large files */
+#define ZLEVEL     Z_BEST_SPEED         /* the capture is on the host's hot path */
+#define STACK_REC  8192                 /* records that fit stay on the stack */
+#define MAX_HOPS   40                   /* symlinks followed, as the kernel does */
+#define SKIPPED    1                    /* a capture function wrote nothing */
+
+/* ---- scratch memory ------------------------------------------------------ */
+
+static void *scratch(size_t n)
+{
+	void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void unscratch(void *p, size_t n)
+{
+	if (p)
+		munmap(p, n ? n : 1);
+}
+
+/* zlib's allocator: mmap, with the length kept in front for munmap. */
+static voidpf zmap(voidpf opaque, uInt items, uInt size)
+{
+	size_t n = (size_t)items * size + 16;
+	uint8_t *p = scratch(n);
+
+	(void)opaque;
+	if (!p)
+		return Z_NULL;
+	memcpy(p, &n, sizeof(n));
+	return p + 16;
+}
+
+static void zunmap(voidpf opaque, voidpf p)
+{
+	uint8_t *b = (uint8_t *)p - 16;
+	size_t n;
+
+	(void)opaque;
+	if (!p)
+		return;
+	memcpy(&n, b, sizeof(n));
+	munmap(b, n);
+}
+
+/* ---- paths ----------------------------------------------------------------- */
+
+/* Lexical normalisation in place of an absolute path: drop //, . and .. */
+static void squash(char *p)
+{
+	char *w = p;
+	const char *r = p;
+
+	while (*r) {
+		const char *e;
+		size_t n;
+
+		while (*r == '/')
+			r++;
+		if (!*r)
+			break;
+		e = strchrnul(r, '/');
+		n = (size_t)(e - r);
+		if (n == 2 && r[0] == '.' && r[1] == '.') {
+			while (w > p && *--w != '/')
+				;
+		} else if (n != 1 || r[0] != '.') {
+			*w++ = '/';
+			memmove(w, r, n);
+			w += n;
+		}
+		r = e;
+	}
+	if (w == p)
+		*w++ = '/';
+	*w = 0;
+}
+
+int jpath_norm(char *out, size_t cap, const char *base, const char *path)
+{
+	size_t pl = strlen(path), bl = 0;
+
+	if (path[0] != '/') {
+		if (!base || base[0] != '/')
+			return -EINVAL;
+		bl = strlen(base);
+	}
+	if (bl + 1 + pl + 1 > cap)
+		return -ENAMETOOLONG;
+	if (bl) {
+		memcpy(out, base, bl);
+		out[bl] = '/';
+		bl++;
+	}
+	memcpy(out + bl, path, pl + 1);
+	squash(out);
+	return 0;
+}
+
+/* PATH's directory into OUT; false for "/", which has none. */
+static bool parent_of(const char *path, char out[PATH_MAX])
+{
+	const char *slash = strrchr(path, '/');
+	size_t n;
+
+	if (!slash || !slash[1])
+		return false;
+	n = slash == path ? 1 : (size_t)(slash - path);
+	if (n >= PATH_MAX)
+		return false;
+	memcpy(out, path, n);
+	out[n] = 0;
+	return true;
+}
+
+/* Where an open of the symlink PATH lands: its target, made absolute
+ * against the link's directory and normalised (into OUT). */
+static int link_target(const char *path, char out[PATH_MAX])
+{
+	char t[PATH_MAX], dir[PATH_MAX];
+	ssize_t n = readlink(path, t, sizeof(t) - 1);
+
+	if (n < 0)
+		return -errno;
+	t[n] = 0;
+	if (!parent_of(path, dir))
+		memcpy(dir, "/", 2);
+	return jpath_norm(out, PATH_MAX, dir, t);
+}
+
+/* ---- records ----------------------------------------------------------------- */
+
+enum { XA_NONE, XA_PATH, XA_FD };
+
+/* What goes into one record. */
+struct rec {
+	enum jtype type;
+	unsigned rflags;
+	const char *path, *path2;
+	const struct stat *st;         /* F_STAT, or NULL */
+	const uint32_t *flags;         /* F_FLAGS, or NULL */
+	enum jtag tag;                 /* one more field, or 0: */
+	const void *p1, *p2;           /* its value is P1 then P2 */
+	size_t n1, n2;
+	int xattrs;                    /* XA_*: F_XATTRS from PATH or from FD */
+	int fd;
+};
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+static bool xattr_absent(int e)
+{
+	return e == ENOTSUP || e == ENODATA || e == ENOSYS;
+}
+
+static ssize_t xlist(const struct rec *r, char *buf, size_t n)
+{
+	return r->xattrs == XA_FD ? flistxattr(r->fd, buf, n) : llistxattr(r->path, buf, n);
+}
+
+static ssize_t xget(const struct rec *r, const char *name, void *buf, size_t n)
+{
+	return r->xattrs == XA_FD ? fgetxattr(r->fd, name, buf, n) : lgetxattr(r->path, name, buf, n);
+}
+
+/* Each name's entry into D (ROOM bytes); sets *USED, overflow on ERANGE. */
+static int put_xattr_values(struct jbuild *b, const struct rec *r, const char *names, size_t len,
+			    uint8_t *d, size_t room, size_t *used)
+{
+	for (const char *nm = names; nm < names + len; nm += strlen(nm) + 1) {
+		size_t nl = strlen(nm), at = *used + J_FIELD_HDR + nl;
+		ssize_t vl;
+
+		if (!nl)
+			continue;
+		if (at >= room) {
+			b->overflow = true;
+			return 0;
+		}
+		vl = xget(r, nm, d + at, room - at);
+		if (vl < 0 && errno == ENODATA)
+			continue;       /* removed meanwhile */
+		if (vl < 0 && errno == ERANGE) {
+			b->overflow = true;
+			return 0;
+		}
+		if (vl < 0)
+			return -errno;
+		put16(d + *used, (uint16_t)nl);
+		put32(d + *used + 2, (uint32_t)vl);
+		memcpy(d + *used + J_FIELD_HDR, nm, nl);
+		*used = at + (size_t)vl;
+	}
+	return 0;
+}
+
+/* F_XATTRS: { u16 namelen, u32 vallen, name, value }..., the last field. */
+static int put_xattrs(struct jbuild *b, const struct rec *r)
+{
+	char small[1024], *names = small;
+	ssize_t len = xlist(r, NULL, 0);
+	size_t room, used = 0, cap;
+	uint8_t *d;
+	int err;
+
+	if (len < 0)
+		return xattr_absent(errno) ? 0 : -errno;
+	if (len == 0 || b->overflow)
+		return 0;
+	cap = (size_t)len;
+	if (cap > sizeof(small) && !(names = scratch(cap)))
+		return -ENOMEM;
+	len = xlist(r, names, cap);
+	if (len < 0) {
+		err = errno == ERANGE ? 0 : -errno;     /* grew meanwhile: retry bigger */
+		b->overflow = !err;
+		goto out;
+	}
+	room = b->cap - b->len - J_FIELD_HDR - J_LINK_LEN;
+	if (b->cap < b->len + J_FIELD_HDR + J_LINK_LEN || !(d = jb_reserve(b, F_XATTRS, room))) {
+		b->overflow = true;
+		err = 0;
+		goto out;
+	}
+	err = put_xattr_values(b, r, names, (size_t)len, d, room, &used);
+	jb_trim_last(b, used);
+out:
+	if (names != small)
+		unscratch(names, cap);
+	return err;
+}
+
+static int fill(struct jbuild *b, const struct rec *r)
+{
+	struct jstat j;
+
+	jb_str(b, F_PATH, r->path);
+	jb_str(b, F_PATH2, r->path2);
+	if (r->st) {
+		jstat_from(&j, r->st);
+		jb_bytes(b, F_STAT, &j, sizeof(j));
+	}
+	if (r->flags)
+		jb_u32(b, F_FLAGS, *r->flags);
+	if (r->tag) {
+		uint8_t *d = jb_reserve(b, r->tag, r->n1 + r->n2);
+
+		if (d) {
+			memcpy(d, r->p1, r->n1);
+			if (r->n2)
+				memcpy(d + r->n1, r->p2, r->n2);
+		}
+	}
+	return r->xattrs == XA_NONE ? 0 : put_xattrs(b, r);
+}
+
+static size_t estimate(const struct rec *r)
+{
+	return J_FRAME_HDR + J_REC_MIN + 8 * J_FIELD_HDR + sizeof(struct jstat) + 4 + 1024 +
+	       strlen(r->path) + (r->path2 ? strlen(r->path2) : 0) + r->n1 + r->n2;
+}
+
+/* Build R and append it (with SEQ, or a fresh one when 0). The buffer is on
+ * the stack when it fits, else mapped, and grows while xattrs overflow it. */
+static int emit(struct jseg *g, uint32_t txn, const struct rec *r, uint64_t seq)
+{
+	uint8_t stack[STACK_REC];
+	size_t cap = estimate(r);
+
+	for (;;) {
+		uint8_t *buf = cap <= sizeof(stack) ? stack : scratch(cap);
+		size_t bcap = buf == stack ? sizeof(stack) : cap;
+		struct jbuild b;
+		int err;
+
+		if (!buf)
+			return -ENOMEM;
+		jb_init(&b, buf, bcap, r->type, r->rflags, txn);
+		err = fill(&b, r);
+		if (!err && b.overflow)
+			err = -E2BIG;
+		else if (!err)
+			err = seq ? jseg_append_seq(g, &b, seq) : jseg_append(g, &b, NULL);
+		if (buf != stack)
+			unscratch(buf, cap);
+		if (err != -E2BIG || bcap >= J_REC_MAX)
+			return err;
+		cap = bcap * 16 < J_REC_MAX ? bcap * 16 : J_REC_MAX;
+	}
+}
+
+/* ---- pre-image bytes ----------------------------------------------------------- */
+
+/* The bytes of a regular file: inline (F_DATA) or in objects/SEQ.gz (F_OBJECT). */
+struct pre {
+	struct jdata d;
+	uint8_t *map;
+	size_t maplen;
+	const uint8_t *bytes;
+	size_t n;
+	uint64_t seq;                  /* 0: none taken (inline) */
+	bool object;
+};
+
+static void pre_field(struct rec *r, const struct pre *p)
+{
+	r->tag = p->object ? F_OBJECT : F_DATA;
+	r->p1 = &p->d;
+	r->n1 = sizeof(p->d);
+	r->p2 = p->bytes;
+	r->n2 = p->n;
+}
+
+static void object_name(char name[32], uint64_t seq, const char *ext)
+{
+	snprintf(name, 32, "%llu.%s", (unsigned long long)seq, ext);
+}
+
+/* Forget P; DROP also removes its object (its record was not written). */
+static void pre_free(struct jsession *s, struct pre *p, bool drop)
+{
+	char name[32];
+
+	unscratch(p->map, p->maplen);
+	p->map = NULL;
+	if (drop && p->object) {
+		object_name(name, p->seq, "gz");
+		unlinkat(s->objfd, name, 0);
+	}
+}
+
+static ssize_t read_at(int fd, uint8_t *buf, size_t n, off_t off)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = pread(fd, buf + got, n - got, off + (off_t)got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+/* compress2 without malloc: a zlib stream of SRC into DST if it comes out
+ * strictly smaller than SRC. */
+static bool zshrink(uint8_t *dst, size_t *dlen, const uint8_t *src, size_t n)
+{
+	z_stream z = { .zalloc = zmap, .zfree = zunmap };
+	int rc;
+
+	if (n < 2 || deflateInit(&z, ZLEVEL) != Z_OK)
+		return false;
+	z.next_in = (Bytef *)src;
+	z.avail_in = (uInt)n;
+	z.next_out = dst;
+	z.avail_out = (uInt)(n - 1);
+	rc = deflate(&z, Z_FINISH);
+	*dlen = z.total_out;
+	deflateEnd(&z);
+	return rc == Z_STREAM_END;
+}
+
+static int pre_inline(int fd, size_t size, struct pre *p)
+{
+	ssize_t got;
+	size_t zlen;
+
+	p->maplen = 2 * size;
+	p->map = scratch(p->maplen);
+	if (!p->map)
+		return -ENOMEM;
+	got = read_at(fd, p->map, size, 0);
+	if (got < 0)
+		return (int)got;
+	p->d.size = (uint64_t)got;
+	jhash(p->d.hash, p->map, (size_t)got, NULL, 0);
+	if (zshrink(p->map + size, &zlen, p->map, (size_t)got)) {
+		p->d.method = JD_ZLIB;
+		p->bytes = p->map + size;
+		p->n = zlen;
+	} else {
+		p->d.method = JD_STORED;
+		p->bytes = p->map;
+		p->n = (size_t)got;
+	}
+	return 0;
+}
+
+/* Stream IN through gzip into OUT, hashing the bytes read. BUF holds 2 * CHUNK. */
+static int gz_stream(int in, int out, uint8_t *buf, struct jdata *d)
+{
+	z_stream z = { .zalloc = zmap, .zfree = zunmap };
+	crypto_generichash_blake2b_state h;
+	uint64_t off = 0;
+	int err = 0, flush;
+
+	if (deflateInit2(&z, ZLEVEL, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+		return -ENOMEM;
+	crypto_generichash_blake2b_init(&h, NULL, 0, sizeof(d->hash));
+	do {
+		ssize_t r = read_at(in, buf, CHUNK, (off_t)off);
+
+		if (r < 0) {
+			err = (int)r;
+			break;
+		}
+		off += (uint64_t)r;
+		crypto_generichash_blake2b_update(&h, buf, (unsigned long long)r);
+		flush = r < (ssize_t)CHUNK ? Z_FINISH : Z_NO_FLUSH;
+		z.next_in = buf;
+		z.avail_in = (uInt)r;
+		do {
+			z.next_out = buf + CHUNK;
+			z.avail_out = CHUNK;
+			deflate(&z, flush);
+			err = jwrite_all(out, buf + CHUNK, CHUNK - z.avail_out);
+		} while (!err && z.avail_out == 0);
+	} while (!err && flush != Z_FINISH);
+	deflateEnd(&z);
+	crypto_generichash_blake2b_final(&h, d->hash, sizeof(d->hash));
+	d->method = JD_GZIP;
+	d->size = off;
+	return err;
+}
+
+static int pre_object(struct jsession *s, int fd, struct pre *p)
+{
+	char name[32];
+	int out, err;
+
+	p->maplen = 2 * CHUNK;
+	p->map = scratch(p->maplen);
+	if (!p->map)
+		return -ENOMEM;
+	object_name(name, p->seq, "gz");
+	out = openat(s->objfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (out < 0)
+		return -errno;
+	p->object = true;
+	err = gz_stream(fd, out, p->map, &p->d);
+	if (!err && (s->flags & JS_DURABLE) && (fsync(out) < 0 || fsync(s->objfd) < 0))
+		err = -errno;
+	close(out);
+	return err;
+}
+
+/* The pre-image of the regular file FD (size SIZE). SEQ names an object
+ * when one is needed; 0 takes a fresh one then. On error P is freed. */
+static int pre_image(struct jsession *s, int fd, uint64_t size, uint64_t seq, struct pre *p)
+{
+	int err;
+
+	memset(p, 0, sizeof(*p));
+	p->seq = seq;
+	if (size <= J_INLINE_MAX) {
+		err = pre_inline(fd, (size_t)size, p);
+	} else {
+		if (!p->seq)
+			p->seq = jsession_next_seq(s);
+		err = pre_object(s, fd, p);
+	}
+	if (err)
+		pre_free(s, p, true);
+	return err;
+}
+
+/* Open PATH to read its pre-image, without following a symlink, blocking
+ * on a fifo or touching its atime. */
+static int open_pre(const char *path, struct stat *st)
+{
+	int fl = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+	int fd = open(path, fl | O_NOATIME);
+
+	if (fd < 0 && errno == EPERM)
+		fd = open(path, fl);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st) < 0) {
+		int err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+/* Write R (a J_CONTENT or J_REMOVE with R->st set) with the bytes of the
+ * open regular file FD. */
+static int emit_with_bytes(struct jseg *g, uint32_t txn, struct rec *r, int fd, uint64_t seq)
+{
+	struct pre p;
+	int err = pre_image(g->s, fd, (uint64_t)r->st->st_size, seq, &p);
+
+	if (err)
+		return err;
+	pre_field(r, &p);
+	r->xattrs = XA_FD;
+	r->fd = fd;
+	err = emit(g, txn, r, p.seq);
+	pre_free(g->s, &p, err != 0);
+	return err;
+}
+
+/* ---- the records, one function each ------------------------------------------- */
+
+/* One capture: write a record for PATH and return 0, or return SKIPPED
+ * when there is nothing to remember (no record, or one that must not stop
+ * the next). ARG is the function's own. */
+typedef int (*capture_fn)(struct jseg *g, uint32_t txn, const char *path, const void *arg);
+
+/* Run FN unless PATH already has a record of LEVEL in this transaction at
+ * GEN (invariant 2); the claim is marked done only once the record is on
+ * disk. */
+static int once(struct jseg *g, uint32_t txn, const char *path, uint64_t gen, unsigned level,
+		capture_fn fn, const void *arg)
+{
+	struct dclaim c;
+	int err;
+
+	if (dedup_claim(g->s, txn, gen, path, level, &c))
+		return 0;
+	err = fn(g, txn, path, arg);
+	dedup_done(&c, err == 0);
+	return err == SKIPPED ? 0 : err;
+}
+
+/* A creation in a directory that is not there fails, and the program will
+ * likely make the directory and try again: the record is written but not
+ * remembered, so that the retry gets a record above the directory's own
+ * J_CREATE (rewind empties a directory before removing it). */
+static int rec_create(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+{
+	struct rec r = { .type = J_CREATE, .path = path };
+	char dir[PATH_MAX];
+	struct stat st;
+	int err;
+
+	(void)arg;
+	err = emit(g, txn, &r, 0);
+	if (!err && parent_of(path, dir) && lstat(dir, &st) < 0)
+		return SKIPPED;
+	return err;
+}
+
+/* J_META; ARG points to the weak flag. A weak one (a parent directory's
+ * times) of a path that is not there records nothing. */
+static int rec_meta(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+{
+	bool weak = *(const bool *)arg;
+	struct stat st;
+	struct rec r = {
+		.type = J_META, .rflags = weak ? JR_WEAK : 0, .path = path, .st = &st,
+		.xattrs = weak ? XA_NONE : XA_PATH,
+	};
+
+	if (lstat(path, &st) < 0)
+		return weak && (errno == ENOENT || errno == ENOTDIR) ? SKIPPED : -errno;
+	return emit(g, txn, &r, 0);
+}
+
+static const bool strong = false, weak = true;
+
+static int rec_append(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+{
+	struct stat st;
+	struct rec r = { .type = J_APPEND, .path = path, .st = &st, .xattrs = XA_PATH };
+
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return rec_meta(g, txn, path, &strong);
+	(void)arg;
+	return emit(g, txn, &r, 0);
+}
+
+static int rec_content(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+{
+	struct stat st;
+	struct rec r = { .type = J_CONTENT, .path = path, .st = &st };
+	int fd, err;
+
+	(void)arg;
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))       /* never open a device or a fifo */
+		return rec_meta(g, txn, path, &strong);
+	fd = open_pre(path, &st);
+	if (fd < 0)
+		return fd;
+	if (S_ISREG(st.st_mode))
+		err = emit_with_bytes(g, txn, &r, fd, 0);
+	else
+		err = rec_meta(g, txn, path, &strong);
+	close(fd);
+	return err;
+}
+
+/* A regular file about to go: keep its inode as objects/SEQ.ino, or a copy
+ * of its bytes when it cannot be linked there (another filesystem). */
+static int remove_file(struct jseg *g, uint32_t txn, struct rec *r)
+{
+	struct jsession *s = g->s;
+	uint64_t seq = jsession_next_seq(s), ino[2] = { r->st->st_dev, r->st->st_ino };
+	struct stat st;
+	char name[32];
+	int fd, err;
+
+	object_name(name, seq, "ino");
+	if (linkat(AT_FDCWD, r->path, s->objfd, name, 0) == 0) {
+		r->tag = F_INODE;
+		r->p1 = ino;
+		r->n1 = sizeof(ino);
+		err = (s->flags & JS_DURABLE) && fsync(s->objfd) < 0 ? -errno : 0;
+		if (!err)
+			err = emit(g, txn, r, seq);
+		if (err)
+			unlinkat(s->objfd, name, 0);
+		return err;
+	}
+	if (errno != EXDEV && errno != EPERM && errno != EMLINK)
+		return -errno;
+	fd = open_pre(r->path, &st);
+	if (fd < 0)
+		return fd;
+	r->st = &st;
+	err = S_ISREG(st.st_mode) ? emit_with_bytes(g, txn, r, fd, seq) : -EAGAIN;
+	close(fd);
+	return err;
+}
+
+static int rec_remove(struct jseg *g, uint32_t txn, const char *path)
+{
+	struct stat st;
+	char target[PATH_MAX];
+	ssize_t n;
+	struct rec r = { .type = J_REMOVE, .path = path, .st = &st, .xattrs = XA_PATH };
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;    /* nothing to keep: the call fails too */
+	if (S_ISREG(st.st_mode))
+		return remove_file(g, txn, &r);
+	if (S_ISLNK(st.st_mode)) {
+		n = readlink(path, target, sizeof(target));
+		if (n < 0)
+			return -errno;
+		r.tag = F_TARGET;
+		r.p1 = target;
+		r.n1 = (size_t)n;
+	}
+	return emit(g, txn, &r, 0);
+}
+
+/* The weak J_META of PATH's directory, before an entry in it is added,
+ * removed or renamed, so that rewind restores its times. */
+static int parent_meta(struct jseg *g, uint32_t txn, const char *path)
+{
+	char dir[PATH_MAX];
+
+	if (!parent_of(path, dir))
+		return 0;
+	return once(g, txn, dir, DEDUP_WEAK_GEN, DL_META, rec_meta, &weak);
+}
+
+static int create_absent(struct jseg *g, uint32_t txn, const char *path)
+{
+	int err = parent_meta(g, txn, path);
+
+	if (err)
+		return err;
+	return once(g, txn, path, dedup_generation(g->s), DL_FULL, rec_create, NULL);
+}
+
+/* ---- the API --------------------------------------------------------------------- */
+
+int jcap_create(struct jseg *g, uint32_t txn, const char *path)
+{
+	struct stat st;
+	int err;
+
+	/* Something is there: the call will fail (EEXIST), but a J_CREATE
+	 * would have rewind remove it. Keep its metadata instead. */
+	if (lstat(path, &st) == 0)
+		return jcap_meta(g, txn, path, false);
+	if (errno != ENOENT)
+		return -errno;
+	/* Not remembered: the new name may be a hard link to an inode with
+	 * bytes in it (link), whose next write needs its own pre-image. */
+	err = parent_meta(g, txn, path);
+	if (!err)
+		err = rec_create(g, txn, path, NULL);
+	return err == SKIPPED ? 0 : err;
+}
+
+int jcap_content(struct jseg *g, uint32_t txn, const char *path)
+{
+	return once(g, txn, path, dedup_generation(g->s), DL_FULL, rec_content, NULL);
+}
+
+int jcap_append(struct jseg *g, uint32_t txn, const char *path)
+{
+	return once(g, txn, path, dedup_generation(g->s), DL_APPEND, rec_append, NULL);
+}
+
+int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool is_weak)
+{
+	if (is_weak)
+		return once(g, txn, path, DEDUP_WEAK_GEN, DL_META, rec_meta, &weak);
+	return once(g, txn, path, dedup_generation(g->s), DL_META, rec_meta, &strong);
+}
+
+int jcap_remove(struct jseg *g, uint32_t txn, const char *path)
+{
+	int err;
+
+	dedup_bump(g->s);       /* the name will stand for another inode, or none */
+	err = parent_meta(g, txn, path);
+	return err ? err : rec_remove(g, txn, path);
+}
+
+int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags)
+{
+	struct stat st, tst;
+	uint32_t fl = flags;
+	struct rec r = {
+		.type = J_RENAME, .path = from, .path2 = to, .st = &st, .flags = &fl,
+	};
+	int err = 0;
+
+	if (lstat(from, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;    /* the call fails too */
+	dedup_bump(g->s);
+	if (!(flags & (RENAME_EXCHANGE | RENAME_NOREPLACE))) {
+		if (lstat(to, &tst) == 0)
+			err = jcap_remove(g, txn, to);  /* its inode is about to vanish */
+		else if (errno != ENOENT)
+			err = -errno;
+	}
+	if (!err)
+		err = parent_meta(g, txn, from);
+	if (!err)
+		err = parent_meta(g, txn, to);
+	return err ? err : emit(g, txn, &r, 0);
+}
+
+/* The change about to happen to the existing PATH (lstat'd as ST). */
+static int capture_present(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,
+			   const struct stat *st)
+{
+	switch (op) {
+	case JC_REMOVE:
+		return jcap_remove(g, txn, path);
+	case JC_META:
+		return jcap_meta(g, txn, path, false);
+	case JC_APPEND:
+		return S_ISREG(st->st_mode) ? jcap_append(g, txn, path) : jcap_meta(g, txn, path, false);
+	case JC_WRITE:
+	case JC_TRUNC:
+		return S_ISREG(st->st_mode) ? jcap_content(g, txn, path) : jcap_meta(g, txn, path, false);
+	}
+	return -EINVAL;
+}
+
+static bool opens(enum jcap_op op)
+{
+	return op == JC_WRITE || op == JC_TRUNC || op == JC_APPEND;
+}
+
+int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op)
+{
+	char buf[2][PATH_MAX];
+	int err = -ELOOP;
+
+	/* An open follows symlinks (a dangling one creates its target), and
+	 * a path that vanishes between lstat and capture is looked at again. */
+	for (int hop = 0; hop < MAX_HOPS; hop++) {
+		struct stat st;
+
+		if (lstat(path, &st) < 0) {
+			if (errno != ENOENT)
+				return -errno;
+			return opens(op) ? create_absent(g, txn, path) : 0;
+		}
+		if (S_ISLNK(st.st_mode) && opens(op)) {
+			err = link_target(path, buf[hop & 1]);
+			if (err)
+				return err;
+			path = buf[hop & 1];
+			err = -ELOOP;
+			continue;
+		}
+		err = capture_present(g, txn, path, op, &st);
+		if (err != -ENOENT)
+			return err;
+	}
+	return err;
+}

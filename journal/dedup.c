@@ -1,0 +1,252 @@
+/*
+ * dedup.c - copy on first write (DESIGN.md invariant 2). A table in
+ * SESSION/dedup, mapped shared by every process of the session, remembers
+ * which (txn, generation, path) already has a pre-image in the journal and
+ * at which level, so that later changes in the same transaction cost no
+ * record. Open addressing, linear probing, no lock: a slot is claimed by a
+ * compare-and-swap on its state word and marked done only after its record
+ * is written, so no process ever skips a capture whose record is not yet on
+ * disk. Whenever the table cannot answer, it says "capture": capturing twice
+ * is always safe, skipping never is.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>              /* snprintf only */
+#include <sodium.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "dedup.h"
+
+#define DD_FILE   "dedup"
+#define DD_SIZE   (4u << 20)    /* allocated whole: 174762 slots */
+#define DD_HDR    64            /* the session's salt, so a process never uses another session's table */
+#define DD_PROBE  512           /* a longer chain counts as a full table */
+#define DD_KEY    16
+
+/* A slot's state word: pid << 32 | old state << 8 | state. State 0 is
+ * empty, 1 busy (a record being written by pid; old is the state to go
+ * back to), 1 + level once done. The key is written before the word leaves
+ * busy and never changes afterwards. */
+#define DD_EMPTY  0u
+#define DD_BUSY   1u
+
+struct dslot {
+	uint64_t word;
+	uint8_t key[DD_KEY];
+};
+
+#define DD_SLOTS  ((DD_SIZE - DD_HDR) / sizeof(struct dslot))
+
+static uint8_t *dd_map;        /* this process's mapping of the current session's table */
+
+static unsigned st_of(uint64_t w) { return (unsigned)(w & 0xff); }
+static unsigned old_of(uint64_t w) { return (unsigned)((w >> 8) & 0xff); }
+
+static uint64_t busy_word(unsigned old)
+{
+	return (uint64_t)(uint32_t)getpid() << 32 | (uint64_t)old << 8 | DD_BUSY;
+}
+
+uint64_t dedup_generation(struct jsession *s)
+{
+	return 1 + __atomic_load_n(&s->ctr[2], __ATOMIC_ACQUIRE);
+}
+
+void dedup_bump(struct jsession *s)
+{
+	__atomic_add_fetch(&s->ctr[2], 1, __ATOMIC_SEQ_CST);
+}
+
+/* Create SESSION/dedup whole: allocated under a temporary name (a page
+ * fault on a sparse shared mapping of a full disk would be a SIGBUS in the
+ * host), then linked into place; losing the race to another process is
+ * fine. Returns an open descriptor or -errno. */
+static int create_table(struct jsession *s)
+{
+	char tmp[32];
+	int fd, err;
+
+	snprintf(tmp, sizeof(tmp), DD_FILE ".%d", (int)getpid());
+	unlinkat(s->dirfd, tmp, 0);
+	fd = openat(s->dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	err = -posix_fallocate(fd, 0, DD_SIZE);
+	if (!err && linkat(s->dirfd, tmp, s->dirfd, DD_FILE, 0) < 0 && errno != EEXIST)
+		err = -errno;
+	unlinkat(s->dirfd, tmp, 0);
+	close(fd);
+	if (err)
+		return err;
+	fd = openat(s->dirfd, DD_FILE, O_RDWR | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Map SESSION/dedup, creating it on first use. NULL when it cannot be had. */
+static uint8_t *map_table(struct jsession *s)
+{
+	struct stat st;
+	uint8_t *m;
+	int fd = openat(s->dirfd, DD_FILE, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0 && errno == ENOENT)
+		fd = create_table(s);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) < 0 || st.st_size != (off_t)DD_SIZE) {
+		close(fd);
+		return NULL;
+	}
+	m = mmap(NULL, DD_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return NULL;
+	memcpy(m, s->salt, J_SALT_LEN);         /* the same bytes from every process */
+	return m;
+}
+
+/* This process's mapping of S's table, set up once. A process that moves to
+ * another session (tests do) maps that one's and leaves the old mapping in
+ * place, since another thread may still be probing it. */
+static struct dslot *table(struct jsession *s)
+{
+	for (;;) {
+		uint8_t *cur = __atomic_load_n(&dd_map, __ATOMIC_ACQUIRE);
+		uint8_t *m;
+
+		if (cur && !memcmp(cur, s->salt, J_SALT_LEN))
+			return (struct dslot *)(cur + DD_HDR);
+		m = map_table(s);
+		if (!m)
+			return NULL;
+		if (__atomic_compare_exchange_n(&dd_map, &cur, m, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return (struct dslot *)(m + DD_HDR);
+		munmap(m, DD_SIZE);
+	}
+}
+
+static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, const char *path)
+{
+	crypto_generichash_blake2b_state h;
+
+	crypto_generichash_blake2b_init(&h, NULL, 0, DD_KEY);
+	crypto_generichash_blake2b_update(&h, (const uint8_t *)&txn, sizeof(txn));
+	crypto_generichash_blake2b_update(&h, (const uint8_t *)&gen, sizeof(gen));
+	crypto_generichash_blake2b_update(&h, (const uint8_t *)path, strlen(path));
+	crypto_generichash_blake2b_final(&h, key, DD_KEY);
+}
+
+static bool writer_dead(uint64_t w)
+{
+	pid_t pid = (pid_t)(w >> 32);
+
+	return pid > 0 && kill(pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Wait politely for a busy slot: yield first, then sleep, since the
+ * writer may be compressing a large file. */
+static void backoff(unsigned *spins)
+{
+	struct timespec ts = { 0, 1000000 };
+
+	if (++*spins < 64)
+		sched_yield();
+	else
+		nanosleep(&ts, NULL);
+}
+
+static bool cas(uint64_t *p, uint64_t *expect, uint64_t want)
+{
+	return __atomic_compare_exchange_n(p, expect, want, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+enum { SLOT_OTHER, SLOT_SKIP, SLOT_MINE };
+
+static int take(struct dslot *sl, const uint8_t *key, unsigned old, struct dclaim *c)
+{
+	if (old == DD_EMPTY)
+		memcpy(sl->key, key, DD_KEY);
+	c->word = &sl->word;
+	c->old = old;
+	return SLOT_MINE;
+}
+
+/* A dead writer's busy slot: take it over. If it was claimed for another
+ * key, put it back the way it was and let the caller look again. */
+static void take_over(struct dslot *sl, uint64_t w, const uint8_t *key, struct dclaim *c, int *res)
+{
+	unsigned old = old_of(w);
+
+	if (!cas(&sl->word, &w, busy_word(old)))
+		return;
+	if (old == DD_EMPTY || !memcmp(sl->key, key, DD_KEY)) {
+		*res = take(sl, key, old, c);
+		return;
+	}
+	__atomic_store_n(&sl->word, (uint64_t)old, __ATOMIC_RELEASE);
+}
+
+/* Settle one slot for KEY: someone else's, ours already at LEVEL (skip),
+ * or claimed by us (write the record). */
+static int probe_slot(struct dslot *sl, const uint8_t *key, unsigned level, struct dclaim *c)
+{
+	unsigned spins = 0;
+	int res = -1;
+
+	while (res < 0) {
+		uint64_t w = __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE);
+		unsigned st = st_of(w);
+
+		if (st == DD_EMPTY) {
+			if (cas(&sl->word, &w, busy_word(DD_EMPTY)))
+				res = take(sl, key, DD_EMPTY, c);
+		} else if (st == DD_BUSY) {
+			if (writer_dead(w))
+				take_over(sl, w, key, c, &res);
+			else
+				backoff(&spins);
+		} else if (memcmp(sl->key, key, DD_KEY)) {
+			res = SLOT_OTHER;
+		} else if (st >= 1 + level) {
+			res = SLOT_SKIP;
+		} else if (cas(&sl->word, &w, busy_word(st))) {
+			res = take(sl, key, st, c);
+		}
+	}
+	return res;
+}
+
+bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *path,
+		 unsigned level, struct dclaim *c)
+{
+	struct dslot *t = table(s);
+	uint8_t key[DD_KEY];
+	uint64_t h;
+
+	c->word = NULL;
+	c->level = level;
+	if (!t)
+		return false;
+	make_key(key, txn, gen, path);
+	memcpy(&h, key, sizeof(h));
+	for (size_t i = 0; i < DD_PROBE; i++) {
+		int r = probe_slot(&t[(h + i) % DD_SLOTS], key, level, c);
+
+		if (r != SLOT_OTHER)
+			return r == SLOT_SKIP;
+	}
+	return false;
+}
+
+void dedup_done(struct dclaim *c, bool ok)
+{
+	if (!c->word)
+		return;
+	__atomic_store_n(c->word, ok ? (uint64_t)(1 + c->level) : c->old, __ATOMIC_RELEASE);
+	c->word = NULL;
+}

@@ -1,0 +1,51 @@
+/*
+ * dedup.h - copy on first write (DESIGN.md invariant 2): a table shared by
+ * every process of a session that remembers which paths already have their
+ * pre-image in the journal for a transaction, and at which level. Used by
+ * capture.c only. Also the lexical path helper capture.c and jdrive share.
+ */
+#ifndef FTSBX_JOURNAL_DEDUP_H
+#define FTSBX_JOURNAL_DEDUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "journal.h"
+
+/* What a record already saved of a path; a higher level covers a lower. */
+enum dlevel {
+	DL_META   = 1,  /* metadata (J_META) */
+	DL_APPEND = 2,  /* old size and metadata (J_APPEND) */
+	DL_FULL   = 3   /* everything (J_CONTENT, J_CREATE) */
+};
+
+/* The generation of weak parent-directory keys: they never need refreshing. */
+#define DEDUP_WEAK_GEN 0
+
+/* A claim on a path's slot, held while its record is written. */
+struct dclaim {
+	uint64_t *word;                /* the slot's state word; NULL: not tracked */
+	uint64_t old;                  /* its state before the claim */
+	unsigned level;
+};
+
+/* The generation strong keys use now (never DEDUP_WEAK_GEN), and the bump
+ * that jcap_remove and jcap_rename make: afterwards every path is captured
+ * afresh, since a name may now stand for another inode. */
+uint64_t dedup_generation(struct jsession *s);
+void dedup_bump(struct jsession *s);
+
+/* true: PATH already has a record of LEVEL or more in TXN at GEN, skip the
+ * capture. false: write the record, then call dedup_done (with C untracked
+ * when the table cannot help; capturing twice is always safe). Waits while
+ * another process writes the record for the same slot. */
+bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *path,
+		 unsigned level, struct dclaim *c);
+/* OK: the record is on disk, mark the level; else give the slot back. */
+void dedup_done(struct dclaim *c, bool ok);
+
+/* Join PATH to BASE when relative (BASE may be NULL for absolute paths) and
+ * normalise it lexically (., .., //) into OUT. 0 or -ENAMETOOLONG/-EINVAL. */
+int jpath_norm(char *out, size_t cap, const char *base, const char *path);
+
+#endif

@@ -1,0 +1,160 @@
+"""Choosing what to rewind, and rewinding safely: one transaction, up to a
+seq, refusing to pull the ground from under a later transaction (unless
+--cascade), leaving a person's later edits alone (unless --force), and
+finishing a rewind that was killed halfway."""
+import os
+import re
+import time
+
+import pytest
+
+from conftest import assert_same
+
+
+def mixed(before, after, prefix):
+    """AFTER, with every entry under PREFIX taken from BEFORE."""
+    def under(rel):
+        return rel == prefix or rel.startswith(prefix + b"/")
+    out = {k: v for k, v in after.items() if not under(k)}
+    out.update({k: v for k, v in before.items() if under(k)})
+    return out
+
+
+def test_rewind_txn_leaves_other_transactions(populated):
+    s = populated
+    before = s.snap()
+    a = s.txn(["put", "src/main.c", "A"], ["unlink", "src/mid.bin"], ["mkdir", "src/newdir"])
+    s.txn(["put", "private/notes", "B"], ["mkdir", "private/d"])
+    after = s.snap()
+    s.rewind("--txn", str(a))
+    assert_same(mixed(before, after, b"src"), s.snap())
+
+
+def test_rewind_latest_txn_alone_keeps_the_earlier_one(populated):
+    s = populated
+    s.txn(["put", "a.txt", "A"])
+    after_a = s.snap()
+    b = s.txn(["put", "a.txt", "B"], ["chmod", "a.txt", "600"])
+    s.rewind("--txn", str(b))
+    assert_same(after_a, s.snap())
+
+
+@pytest.mark.parametrize("later", [
+    [["put", "a.txt", "B"]],
+    [["chmod", "a.txt", "600"]],
+    [["unlink", "a.txt"]],
+    [["rename", "a.txt", "moved"]],
+    [["put", "nd/inner", "B"]],
+], ids=["rewrites", "chmods", "removes", "renames-away", "fills-new-dir"])
+def test_rewind_txn_refused_when_a_later_txn_changed_the_same_path(populated, later):
+    s = populated
+    before = s.snap()
+    a = s.txn(["put", "a.txt", "A"], ["mkdir", "nd"])
+    b = s.txn(*later)
+    after = s.snap()
+    r = s.rewind("--txn", str(a), rc=1)
+    said = (r.stdout + r.stderr).decode(errors="replace")
+    assert re.search(rf"\b{b}\b", said), f"the later txn {b} is not named: {said!r}"
+    assert_same(after, s.snap())
+    s.rewind("--txn", str(a), "--cascade")
+    assert_same(before, s.snap())
+
+
+def test_cascade_leaves_unrelated_later_transactions(populated):
+    s = populated
+    before = s.snap()
+    a = s.txn(["put", "src/main.c", "A"])
+    s.txn(["put", "src/main.c", "B"])
+    s.txn(["put", "private/notes", "C"])
+    after = s.snap()
+    s.rewind("--txn", str(a), "--cascade")
+    assert_same(mixed(before, after, b"src"), s.snap())
+
+
+def test_rewind_to_seq(populated):
+    s = populated
+    before = s.snap()
+    first = s.txn(["put", "a.txt", "1"], ["unlink", "big.bin"], ["mkdir", "d"])
+    after_first = s.snap()
+    s.txn(["put", "a.txt", "2"], ["rename", "d", "e"], ["unlink", "sym"])
+    s.txn(["put", "d", "3"], ["chmod", "suid", "700"], ["link", "secret", "e/s"])
+    cut = max(r["seq"] for r in s.log() if r["txn"] == first)
+    s.rewind("--to", str(cut))
+    assert_same(after_first, s.snap())
+    s.rewind()
+    assert_same(before, s.snap())
+
+
+def by_hand(path, data):
+    time.sleep(0.02)                    # so that the ctime moves past the txn's end
+    with open(path, "r+b") as f:
+        f.write(data)
+
+
+@pytest.mark.parametrize("rel,ops", [
+    ("a.txt", [["put", "a.txt", "agent's"]]),
+    ("new", [["put", "new", "agent's"]]),
+    ("big.bin", [["write", "big.bin", "10", "agent's"]]),
+], ids=["rewritten-file", "created-file", "big-file"])
+def test_drift_is_reported_and_left_alone(populated, rel, ops):
+    s = populated
+    before = s.snap()
+    s.txn(*ops, ["put", "secret", "agent's too"])
+    by_hand(s.p(rel), b"a person's edit")
+    r = s.rewind(rc=1)
+    said = r.stdout + r.stderr
+    assert b"drift" in said.lower() and s.p(rel) in said, said
+    with open(s.p(rel), "rb") as f:
+        assert f.read().startswith(b"a person's edit")
+    assert s.snap()[b"secret"] == before[b"secret"], "the rest was not rewound"
+    s.rewind("--force")
+    assert_same(before, s.snap())
+
+
+def test_drift_by_chmod_is_reported(populated):
+    s = populated
+    before = s.snap()
+    s.txn(["chmod", "script.sh", "700"])
+    time.sleep(0.02)
+    os.chmod(s.p("script.sh"), 0o711)
+    r = s.rewind(rc=1)
+    assert b"drift" in (r.stdout + r.stderr).lower()
+    assert os.stat(s.p("script.sh")).st_mode & 0o7777 == 0o711
+    s.rewind("--force")
+    assert_same(before, s.snap())
+
+
+def many_changes(s):
+    return s.txn(*[op for i in range(8) for op in (
+        ["put", f"f{i}", "x" * i], ["write", "a.txt", str(i), "y"], ["mkdir", f"d{i}"],
+        ["rename", f"f{i}", f"d{i}/g"], ["chmod", f"d{i}", "700"])],
+        ["unlink", "big.bin"], ["rename", "src", "s2"])
+
+
+@pytest.mark.parametrize("after", [1, 3, 10])
+def test_interrupted_rewind_finishes_when_run_again(populated, after):
+    s = populated
+    before = s.snap()
+    many_changes(s)
+    changed = s.snap()
+    r = s.rewind(env={"FTSBX_REWIND_CRASH_AFTER": str(after)}, rc=None, crash_ok=True)
+    assert r.returncode == -9, f"returncode {r.returncode}: {r.stderr!r}"
+    halfway = s.snap()
+    assert halfway != changed and halfway != before
+    s.tx("verify", s.sess)
+    s.rewind()
+    assert_same(before, s.snap())
+    s.rewind()
+    assert_same(before, s.snap())
+
+
+def test_interrupted_txn_rewind_finishes_when_run_again(populated):
+    s = populated
+    a = s.txn(["put", "private/notes", "A"])
+    mid = s.snap()
+    b = many_changes(s)
+    r = s.rewind("--txn", str(b), env={"FTSBX_REWIND_CRASH_AFTER": "3"}, rc=None, crash_ok=True)
+    assert r.returncode == -9
+    s.rewind("--txn", str(b))
+    assert_same(mid, s.snap())
+    s.rewind("--txn", str(a))
