@@ -43,6 +43,7 @@ struct dslot {
 #define DD_SLOTS  ((DD_SIZE - DD_HDR) / sizeof(struct dslot))
 
 static uint8_t *dd_map;        /* this process's mapping of the current session's table */
+static uint64_t dd_failed;     /* salt prefix of a session whose table could not be had */
 
 static unsigned st_of(uint64_t w) { return (unsigned)(w & 0xff); }
 static unsigned old_of(uint64_t w) { return (unsigned)((w >> 8) & 0xff); }
@@ -118,12 +119,18 @@ static struct dslot *table(struct jsession *s)
 	for (;;) {
 		uint8_t *cur = __atomic_load_n(&dd_map, __ATOMIC_ACQUIRE);
 		uint8_t *m;
+		uint64_t id;
 
 		if (cur && !memcmp(cur, s->salt, J_SALT_LEN))
 			return (struct dslot *)(cur + DD_HDR);
+		memcpy(&id, s->salt, sizeof(id));
+		if (__atomic_load_n(&dd_failed, __ATOMIC_RELAXED) == id)
+			return NULL;    /* tried once (a full disk): capture everything */
 		m = map_table(s);
-		if (!m)
+		if (!m) {
+			__atomic_store_n(&dd_failed, id, __ATOMIC_RELAXED);
 			return NULL;
+		}
 		if (__atomic_compare_exchange_n(&dd_map, &cur, m, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			return (struct dslot *)(m + DD_HDR);
 		munmap(m, DD_SIZE);

@@ -15,6 +15,8 @@
  *     reserve            up to 128 KiB of allocated space (less on a small
  *                        filesystem), freed by txreplay to write its rewind
  *                        marks when the filesystem is full
+ *     locks              1024 robust process-shared mutexes (locks.c): a
+ *                        writer holds its paths' locks from capture to change
  *     objects/S.gz       a large pre-image, gzip framed (zcat reads it)
  *     objects/S.ino      a preserved inode: a hard link to a removed file
  *
@@ -119,8 +121,13 @@ enum jtype {
 	                     (FLAGS: renameat2's); STAT is PATH's. Undo: rename back. */
 	J_META      = 15, /* PATH STAT [XATTRS]: mode, owner, times, xattrs about to
 	                     change. With JR_WEAK: a parent directory's times only. */
-	J_REWOUND   = 16, /* SEQREF: the record SEQREF was undone (written by txreplay) */
-	J_TYPE_MAX  = 16,
+	J_REWOUND   = 16, /* SEQREF [INODE]: the record SEQREF was undone (written by
+	                     txreplay); INODE: the inode the undo changed */
+	J_UNDOING   = 17, /* SEQREF [INODE]: txreplay is about to undo SEQREF, which will
+	                     change INODE (under every name it has). A run killed
+	                     before the matching J_REWOUND leaves this behind, and
+	                     the next run knows that inode's ctime is its own. */
+	J_TYPE_MAX  = 17,
 	J_SKIPPABLE = 128 /* types from here on may be skipped by old readers */
 };
 

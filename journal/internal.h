@@ -20,6 +20,8 @@ void jchain_start(uint8_t link[J_LINK_LEN], const uint8_t salt[J_SALT_LEN], cons
 int  jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[J_SALT_LEN]);
 uint32_t jseed(const uint8_t salt[J_SALT_LEN]);
 int  jwrite_all(int fd, const void *p, size_t n);
+int  jlocks_create(int dfd);
+int  jlocks_map(struct jsession *s);
 int  jfd_high(int fd);
 
 #endif

@@ -32,6 +32,7 @@ struct jsession {
 	uint8_t salt[J_SALT_LEN];
 	uint32_t seed;                 /* crc32c seed derived from the salt */
 	unsigned flags;                /* JS_* */
+	pthread_mutex_t *locks;        /* the path locks (locks.c), or NULL */
 };
 
 /* What the session file records about its creator. */
@@ -52,6 +53,19 @@ int  jsession_release_reserve(struct jsession *s);
 /* Fresh numbers from the shared counters. */
 uint64_t jsession_next_seq(struct jsession *s);
 uint32_t jsession_next_txn(struct jsession *s);
+
+/* Path locks (locks.c): held from a capture until its change is made, so
+ * that the records of one path are in the order of its changes. */
+#define JL_STRIPES 1024
+#define JL_MAX 4
+struct jlockset {
+	struct jsession *s;
+	int n;
+	unsigned stripe[JL_MAX];
+};
+/* Lock the stripes of A and B (either may be NULL) and of their parents. */
+void jlock_paths(struct jsession *s, struct jlockset *l, const char *a, const char *b);
+void junlock(struct jlockset *l);
 
 /* ---- records -------------------------------------------------------- */
 
@@ -141,7 +155,7 @@ struct jreader {
 	int dirfd;
 	struct jrecord session;        /* the session file's record */
 	struct jrecord *rec;           /* every intact record, sorted by seq */
-	size_t nrec;
+	size_t nrec, caprec;
 	struct jdamage *dmg;
 	size_t ndmg;
 	char **heads;                  /* "SEGMENT HEX" chain heads, one per segment */

@@ -30,7 +30,7 @@ static const char *const type_names[] = {
 	[J_TXN_END] = "txn-end", [J_EXEC] = "exec", [J_REFUSE] = "refuse",
 	[J_CREATE] = "create", [J_CONTENT] = "content", [J_APPEND] = "append",
 	[J_REMOVE] = "remove", [J_RENAME] = "rename", [J_META] = "meta",
-	[J_REWOUND] = "rewound",
+	[J_REWOUND] = "rewound", [J_UNDOING] = "undoing",
 };
 
 const char *jtype_name(unsigned type)
@@ -49,6 +49,14 @@ static void *xrealloc(void *p, size_t n)
 		exit(1);
 	}
 	return q;
+}
+
+/* Room for one more element in *P (holding N of SIZE bytes), doubling. */
+static void *grow(void *p, size_t n, size_t size)
+{
+	if (n & (n - 1) || n < 16)      /* not a power of two past 16: room left */
+		return n < 16 && !p ? xrealloc(p, 16 * size) : p;
+	return xrealloc(p, 2 * n * size);
 }
 
 static char *xstrdup(const char *s)
@@ -226,14 +234,17 @@ static size_t scan(struct jreader *r, const char *name, const uint8_t *p, size_t
 		}
 		if (c.type >= J_SKIPPABLE)
 			continue;
-		r->rec = xrealloc(r->rec, (r->nrec + 1) * sizeof(*r->rec));
+		if (r->nrec == r->caprec) {
+			r->caprec = r->caprec ? 2 * r->caprec : 256;
+			r->rec = xrealloc(r->rec, r->caprec * sizeof(*r->rec));
+		}
 		r->rec[r->nrec++] = c;
 	}
 	if (kind == J_KIND_SEGMENT) {
 		char *h = xrealloc(NULL, strlen(name) + sizeof(hex) + 2);
 		hexlink(hex, link);
 		sprintf(h, "%s %s", name, hex);
-		r->heads = xrealloc(r->heads, (r->nheads + 1) * sizeof(*r->heads));
+		r->heads = grow(r->heads, r->nheads, sizeof(*r->heads));
 		r->heads[r->nheads++] = h;
 	}
 	return kept;
@@ -241,8 +252,8 @@ static size_t scan(struct jreader *r, const char *name, const uint8_t *p, size_t
 
 static void keep_map(struct jreader *r, void *p, size_t n)
 {
-	r->maps = xrealloc(r->maps, (r->nmaps + 1) * sizeof(*r->maps));
-	r->maplens = xrealloc(r->maplens, (r->nmaps + 1) * sizeof(*r->maplens));
+	r->maps = grow(r->maps, r->nmaps, sizeof(*r->maps));
+	r->maplens = grow(r->maplens, r->nmaps, sizeof(*r->maplens));
 	r->maps[r->nmaps] = p;
 	r->maplens[r->nmaps++] = n;
 }
@@ -286,10 +297,11 @@ static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint
 		size_t l = strlen(e->d_name);
 		if (l < 5 || strcmp(e->d_name + l - 4, ".ftj"))
 			continue;
-		names = xrealloc(names, (nn + 1) * sizeof(*names));
+		names = grow(names, nn, sizeof(*names));
 		names[nn++] = xstrdup(e->d_name);
 	}
-	qsort(names, nn, sizeof(*names), cmp_name);
+	if (nn)
+		qsort(names, nn, sizeof(*names), cmp_name);
 	for (size_t i = 0; i < nn; i++) {
 		char rel[300];
 		uint8_t *p, s2[J_SALT_LEN];
@@ -371,7 +383,8 @@ int jreader_open(struct jreader *r, const char *dir, char *err, size_t errlen)
 		snprintf(err, errlen, "'%s': cannot read log/: %s", dir, strerror(-e));
 		return e;
 	}
-	qsort(r->rec, r->nrec, sizeof(*r->rec), cmp_seq);
+	if (r->nrec)
+		qsort(r->rec, r->nrec, sizeof(*r->rec), cmp_seq);
 	check_duplicates(r);
 	return 0;
 }
@@ -402,6 +415,8 @@ const struct jrecord *jreader_find(const struct jreader *r, uint64_t seq)
 {
 	struct jrecord key = { .seq = seq };
 
+	if (!r->nrec)
+		return NULL;
 	return bsearch(&key, r->rec, r->nrec, sizeof(*r->rec), cmp_seq);
 }
 

@@ -116,6 +116,7 @@ struct rw {
 	struct kent *txns;             /* transactions selected (txn mode) */
 	struct kent *settle;           /* path -> settle time */
 	struct kent *isettle;          /* dev+ino of a pre-image -> settle time */
+	struct kent *undoing;          /* dev+ino an earlier run began to undo */
 	struct kent *held;             /* paths left alone after drift or failure */
 	struct kent *touched;          /* paths this run changed, and their parents */
 	struct kent *inodes;           /* dev+ino this run changed */
@@ -166,8 +167,16 @@ static void index_records(struct rw *w)
 	for (size_t i = 0; i < w->n; i++) {
 		const struct jrecord *c = &w->r.rec[i];
 
-		if (c->type == J_REWOUND && jrec_u64(c, F_SEQREF, &ref))
+		if (c->type == J_REWOUND && jrec_u64(c, F_SEQREF, &ref)) {
 			kt_max(nt_put(&w->marks, ref, c->time_ns), c->time_ns);
+			/* the inode that undo touched settles then, under every name */
+			if (c->f[F_INODE].present && c->f[F_INODE].n == 16)
+				kt_max(kt_put(&w->isettle, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
+		} else if (c->type == J_UNDOING && c->f[F_INODE].present && c->f[F_INODE].n == 16) {
+			/* an undo began here; if its run was killed before
+			 * the mark, the inode's ctime is that run's own */
+			kt_put(&w->undoing, c->f[F_INODE].p, 16, c->time_ns);
+		}
 		else if (c->type == J_TXN_END)
 			kt_max(nt_put(&w->ends, c->txn, c->time_ns), c->time_ns);
 		else if (c->type >= J_CREATE && c->type <= J_META) {
@@ -491,6 +500,9 @@ static bool drifted(struct rw *w, size_t i)
 	struct kent *is = kt_find(w->isettle, k, sizeof(k));
 	if (is && is->v != INT64_MIN && ctime_ns(&s) <= is->v)
 		return false;
+	struct kent *u = kt_find(w->undoing, k, sizeof(k));
+	if (u && ctime_ns(&s) >= u->v && (!is || is->v < u->v))
+		return false;           /* an interrupted run of ours changed it */
 	return !looks_restored(c, &s);
 }
 
@@ -532,8 +544,10 @@ static int open_marks(struct rw *w)
 	return 0;
 }
 
-/* Append the J_REWOUND mark for SEQ through this run's own segment. */
-static int mark(struct rw *w, uint64_t seq)
+/* Append the J_REWOUND mark for SEQ through this run's own segment, with
+ * the inode its undo touched (INO: dev, ino; zero when none), whose ctime
+ * the undo moved under every name it has. */
+static int mark(struct rw *w, enum jtype type, uint64_t seq, const uint64_t ino[2])
 {
 	uint8_t buf[256];
 	struct jbuild b;
@@ -541,8 +555,10 @@ static int mark(struct rw *w, uint64_t seq)
 
 	if (err)
 		return err;
-	jb_init(&b, buf, sizeof(buf), J_REWOUND, 0, 0);
+	jb_init(&b, buf, sizeof(buf), type, 0, 0);
 	jb_u64(&b, F_SEQREF, seq);
+	if (ino[1])
+		jb_bytes(&b, F_INODE, ino, 16);
 	err = jseg_append(&w->g, &b, NULL);
 	if (err == -ENOSPC && jsession_release_reserve(&w->s) == 0)
 		err = jseg_append(&w->g, &b, NULL);
@@ -577,7 +593,21 @@ static int apply(struct rw *w, size_t i)
 		    w->path[i], arrow(w->path2[i]), p2);
 		return 0;
 	}
+	uint64_t ino[2] = { 0, 0 };
+	struct stat before;
+	if (lstat(w->path[i], &before) == 0 || (w->path2[i] && lstat(w->path2[i], &before) == 0)) {
+		ino[0] = (uint64_t)before.st_dev;
+		ino[1] = (uint64_t)before.st_ino;
+	}
+	if (ino[1] && (err = mark(w, J_UNDOING, c->seq, ino)) < 0) {
+		say(w, 2, "cannot write into '%s': %s", w->dir, strerror(-err));
+		return err;
+	}
 	ret = jundo(&w->r, c, msg, sizeof(msg));
+	if (!ino[1] && (lstat(w->path[i], &before) == 0)) {
+		ino[0] = (uint64_t)before.st_dev;
+		ino[1] = (uint64_t)before.st_ino;
+	}
 	crash_hook(w);
 	if (ret < 0) {
 		say(w, 2, "undo %llu %s %s%s%s: %s", (unsigned long long)c->seq, jtype_name(c->type),
@@ -586,7 +616,7 @@ static int apply(struct rw *w, size_t i)
 		hold(w, i);
 		return 1;
 	}
-	err = mark(w, c->seq);
+	err = mark(w, J_REWOUND, c->seq, ino);
 	if (err) {
 		say(w, 2, "cannot write the rewind mark of seq %llu to '%s': %s",
 		    (unsigned long long)c->seq, w->dir, strerror(-err));
@@ -660,6 +690,7 @@ static void cleanup(struct rw *w)
 	kt_free(&w->txns);
 	kt_free(&w->settle);
 	kt_free(&w->isettle);
+	kt_free(&w->undoing);
 	kt_free(&w->held);
 	kt_free(&w->touched);
 	kt_free(&w->inodes);

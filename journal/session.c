@@ -105,7 +105,7 @@ int jsession_release_reserve(struct jsession *s)
 static void remove_tmp(const char *tmp)
 {
 	char p[PATH_MAX];
-	static const char *const names[] = { "session", "seq", "reserve", "log", "objects" };
+	static const char *const names[] = { "session", "seq", "reserve", "locks", "log", "objects" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(p, sizeof(p), "%s/%s", tmp, names[i]);
@@ -150,6 +150,8 @@ static int create_session(const char *dir, const struct jsession_info *info)
 	err = write_file_at(dfd, "seq", zero, sizeof(zero));
 	if (!err)
 		err = make_reserve(dfd);
+	if (!err)
+		err = jlocks_create(dfd);
 	if (err)
 		goto out;
 	memset(&s, 0, sizeof(s));
@@ -255,6 +257,7 @@ int jsession_open(struct jsession *s, const char *dir, const struct jsession_inf
 	if (err)
 		goto fail;
 	s->ctr = m;
+	jlocks_map(s);          /* optional: a session without locks still works */
 	return 0;
 fail:
 	jsession_close(s);
@@ -265,7 +268,10 @@ void jsession_close(struct jsession *s)
 {
 	if (s->ctr)
 		munmap(s->ctr, J_SEQ_FILE_SIZE);
+	if (s->locks)
+		munmap(s->locks, JL_STRIPES * sizeof(pthread_mutex_t));
 	s->ctr = NULL;
+	s->locks = NULL;
 	if (s->dirfd >= 0)
 		close(s->dirfd);
 	if (s->logfd >= 0)

@@ -598,12 +598,25 @@ static int undo_rename(struct undo *u)
 	jrec_u32(u->c, F_FLAGS, &flags);
 	if (lstat(u->path, &cur) == 0 && same_inode(&cur, u->st.dev, u->st.ino))
 		return 1;
+	if (!strcmp(u->path, u->path2))
+		return 1;               /* a rename onto itself changes nothing */
 	if (flags & RENAME_EXCHANGE) {
 		if (renameat2(AT_FDCWD, u->path2, AT_FDCWD, u->path, RENAME_EXCHANGE) < 0)
 			return fail(u, -errno, "exchange back", u->path2);
 		return 0;
 	}
-	if (lstat(u->path2, &cur) < 0 || !same_inode(&cur, u->st.dev, u->st.ino))
+	/* A directory, symlink or special file removed later comes back (from
+	 * its J_REMOVE) as a new inode of the same type: still the renamed one.
+	 * Found at the source, the rename is undone already (or the rename
+	 * itself failed, after its record was written). */
+	bool at_to = lstat(u->path2, &cur) == 0 &&
+		     (same_inode(&cur, u->st.dev, u->st.ino) ||
+		      (!S_ISREG(cur.st_mode) && (cur.st_mode & S_IFMT) == (u->st.mode & S_IFMT)));
+	struct stat src;
+	if (lstat(u->path, &src) == 0 && (src.st_mode & S_IFMT) == (u->st.mode & S_IFMT) &&
+	    (!at_to || !same_inode(&cur, u->st.dev, u->st.ino)))
+		return 1;
+	if (!at_to)
 		return failf(u, -ESTALE, "cannot rename '%s' back to '%s': renamed path is gone or "
 			     "replaced", u->path2, u->path);
 	if (lstat(u->path, &cur) == 0) {

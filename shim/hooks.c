@@ -16,6 +16,29 @@ static bool untracked(const char *p)
 	return path_under(p, "/dev", 4) || path_under(p, "/proc", 5) || path_under(p, "/sys", 4);
 }
 
+/* The journal directory is off limits. The lexical test is free; the
+ * inode test catches a way in through a symlinked directory or a hard link:
+ * every journal file lives directly in one of the session's three
+ * directories, so the parent of P is compared with them. */
+static bool in_journal_dir(const char *p)
+{
+	char parent[PATH_MAX];
+	const char *slash = strrchr(p, '/');
+	struct stat st;
+
+	if (!shim.session_open || !slash)
+		return false;
+	size_t n = slash == p ? 1 : (size_t)(slash - p);
+	memcpy(parent, p, n);
+	parent[n] = 0;
+	if (stat(parent, &st) < 0)
+		return false;
+	for (int i = 0; i < 3; i++)
+		if (st.st_dev == shim.jdirs[i].dev && st.st_ino == shim.jdirs[i].ino)
+			return true;
+	return false;
+}
+
 static int off_limits(const char *op, const char *p)
 {
 	if (!path_under(p, shim.journal, shim.journal_len))
@@ -23,15 +46,30 @@ static int off_limits(const char *op, const char *p)
 	return shim_refuse(op, p, NULL, NULL, "the journal directory is off limits", EACCES);
 }
 
-/* Follow a final symlink (at most 40 of them), as the call will. */
-static int follow_final(char p[PATH_MAX])
+/* The full test, for calls that change something. */
+static int off_limits_change(const char *op, const char *p)
+{
+	int err = off_limits(op, p);
+
+	if (!err && in_journal_dir(p))
+		err = shim_refuse(op, p, NULL, NULL, "the journal directory is off limits", EACCES);
+	return err;
+}
+
+/* lstat P; with FOLLOW, follow a final symlink (at most 40), as the call
+ * will, leaving the target in P. *MODE is the file type found (0: none). */
+static int resolve_final(char p[PATH_MAX], bool follow, mode_t *mode)
 {
 	char t[PATH_MAX], joined[PATH_MAX];
 	struct stat st;
 
+	*mode = 0;
 	for (int hops = 0; hops < 40; hops++) {
 		ssize_t n;
-		if (lstat(p, &st) < 0 || !S_ISLNK(st.st_mode))
+		if (lstat(p, &st) < 0)
+			return 0;
+		*mode = st.st_mode & S_IFMT;
+		if (!follow || !S_ISLNK(st.st_mode))
 			return 0;
 		n = readlink(p, t, sizeof(t) - 1);
 		if (n < 0)
@@ -52,12 +90,34 @@ static int follow_final(char p[PATH_MAX])
 		int err = path_abs(p, AT_FDCWD, joined);
 		if (err)
 			return err;
+		*mode = 0;
 	}
 	return -ELOOP;
 }
 
-/* Journal the change OP of the absolute path P. */
-static int capture(const char *p, enum jcap_op op)
+/* The path locks this thread holds from its capture until the real call
+ * returns (journal/locks.c). */
+static __thread struct jlockset held __attribute__((tls_model("initial-exec")));
+
+static void lock_paths(struct jseg *g, const char *a, const char *b)
+{
+	if (!held.n)
+		jlock_paths(g->s, &held, a, b);
+}
+
+HIDDEN void shim_unlock(void)
+{
+	if (held.n) {
+		int e = errno;
+		junlock(&held);
+		errno = e;
+	}
+}
+
+/* Journal the change OP of the absolute path P. LOCK: hold P's locks
+ * until the real call returns (not for a call that may block: an open of
+ * a fifo or a device). */
+static int capture(const char *p, enum jcap_op op, bool lock)
 {
 	struct jseg *g;
 	int err;
@@ -65,9 +125,11 @@ static int capture(const char *p, enum jcap_op op)
 	if (untracked(p))
 		return 0;
 	err = shim_segment(&g);
-	if (!err)
-		err = jcap_path(g, shim.txn, p, op);
-	return err;
+	if (err)
+		return err;
+	if (lock)
+		lock_paths(g, p, NULL);
+	return jcap_path(g, shim.txn, p, op);
 }
 
 static int refuse_unjournaled(const char *p, int err);
@@ -80,8 +142,10 @@ static int capture_remove(const char *p)
 	if (untracked(p))
 		return 0;
 	err = shim_segment(&g);
-	if (!err)
+	if (!err) {
+		lock_paths(g, p, NULL);
 		err = jcap_remove(g, shim.txn, p);
+	}
 	return err ? refuse_unjournaled(p, err) : 0;
 }
 
@@ -95,14 +159,13 @@ static int refuse_unjournaled(const char *p, int err)
 
 static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool follow)
 {
-	int err = 0;
+	mode_t mode = 0;
+	int err = resolve_final(p, follow, &mode);
 
-	if (follow)
-		err = follow_final(p);
-	if (!err && (err = off_limits(opname, p)))
+	if (!err && (err = off_limits_change(opname, p)))
 		return err;
 	if (!err)
-		err = capture(p, op);
+		err = capture(p, op, !mode || mode == S_IFREG || mode == S_IFDIR || mode == S_IFLNK);
 	return err ? refuse_unjournaled(p, err) : 0;
 }
 
@@ -175,7 +238,7 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	if (err)
 		return refuse_unjournaled(path, err);
 	fdcache_forget(p);
-	if ((err = off_limits("remove", p)))
+	if ((err = off_limits_change("remove", p)))
 		return err;
 	return capture_remove(p);
 }
@@ -190,15 +253,17 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		err = path_abs(to, nd, n);
 	if (err)
 		return refuse_unjournaled(o, err);
-	if ((err = off_limits("rename", from)) || (err = off_limits("rename", to)))
+	if ((err = off_limits_change("rename", from)) || (err = off_limits_change("rename", to)))
 		return err;
 	fdcache_forget(from);
 	fdcache_forget(to);
 	if (untracked(from) && untracked(to))
 		return 0;
 	err = shim_segment(&g);
-	if (!err)
+	if (!err) {
+		lock_paths(g, from, to);
 		err = jcap_rename(g, shim.txn, from, to, flags);
+	}
 	return err ? refuse_unjournaled(from, err) : 0;
 }
 
@@ -211,14 +276,32 @@ HIDDEN int pre_create(int dirfd, const char *path)
 		return refuse_unjournaled(path, err);
 	struct jseg *g;
 
-	if ((err = off_limits("create", p)))
+	if ((err = off_limits_change("create", p)))
 		return err;
 	if (untracked(p))
 		return 0;
 	err = shim_segment(&g);
-	if (!err)
+	if (!err) {
+		lock_paths(g, p, NULL);
 		err = jcap_create(g, shim.txn, p);
+	}
 	return err ? refuse_unjournaled(p, err) : 0;
+}
+
+/* link: the new name is a creation; the old one must not lead into the
+ * journal (a hard link to a journal file would let it be written). */
+HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
+{
+	char p[PATH_MAX];
+	int err;
+
+	if ((flags & AT_EMPTY_PATH) && o && !*o)
+		err = path_fd(p, od);
+	else
+		err = path_abs(p, od, o);
+	if (!err && (err = off_limits_change("link", p)))
+		return err;
+	return pre_create(nd, n);
 }
 
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow)
@@ -255,16 +338,20 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 	EXPORT ret name params                     \
 	{                                          \
 		struct hook_ctx c;                 \
+		ret r;                             \
 		int err;                           \
 		if (!hook_enter(&c))               \
 			return REAL(name) args;    \
 		err = (pre);                       \
 		if (err) {                         \
+			shim_unlock();             \
 			hook_refuse(&c, err);      \
 			return fail;               \
 		}                                  \
 		hook_leave(&c);                    \
-		return REAL(name) args;            \
+		r = REAL(name) args;               \
+		shim_unlock();                     \
+		return r;                          \
 	}
 #include "hooks.def"
 #undef HOOK

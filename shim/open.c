@@ -13,6 +13,7 @@
 #include <linux/openat2.h>
 #include <stdarg.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 #include "shim.h"
 
 enum open_kind { K_OPEN, K_OPEN64, K_OPENAT, K_OPENAT64, K_OPEN_2, K_OPEN64_2, K_OPENAT_2, K_OPENAT64_2 };
@@ -42,11 +43,13 @@ static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 		return call_real_open(k, d, p, f, m);
 	err = pre_open_abs(d, p, f, abs);
 	if (err) {
+		shim_unlock();
 		hook_refuse(&c, err);
 		return -1;
 	}
 	hook_leave(&c);
 	fd = call_real_open(k, d, p, f, m);
+	shim_unlock();
 	/* Remember where directories and written files are, for the *at and
 	 * f* calls that come next (O_PATH ones too: fts uses them). */
 	if (fd >= 0 && abs[0] && ((f & (O_DIRECTORY | O_PATH)) || (f & O_ACCMODE) != O_RDONLY)) {
@@ -101,8 +104,8 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_mkdirat:    return pre_create(I(0), S(1));
 	case SYS_mknod:      return pre_create(AT_FDCWD, S(0));
 	case SYS_mknodat:    return pre_create(I(0), S(1));
-	case SYS_link:       return pre_create(AT_FDCWD, S(1));
-	case SYS_linkat:     return pre_create(I(2), S(3));
+	case SYS_link:       return pre_link(AT_FDCWD, S(0), AT_FDCWD, S(1), 0);
+	case SYS_linkat:     return pre_link(I(0), S(1), I(2), S(3), I(4));
 	case SYS_symlink:    return pre_create(AT_FDCWD, S(1));
 	case SYS_symlinkat:  return pre_create(I(1), S(2));
 	case SYS_truncate:   return pre_path(AT_FDCWD, S(0), JC_TRUNC, 1);
@@ -125,8 +128,6 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_futimesat:  return pre_path(I(0), S(1), JC_META, 1);
 	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
-	case SYS_close:      fdcache_drop(I(0)); return 0;
-	case SYS_close_range: fdcache_drop_range((unsigned)a[0], (unsigned)a[1]); return 0;
 	}
 	return 0;
 #undef S
@@ -146,11 +147,28 @@ EXPORT long syscall(long n, ...)
 	va_end(ap);
 	if (!hook_enter(&c))
 		return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	switch (n) {            /* the descriptor guards of fdguard.c */
+	case SYS_close:
+		hook_leave(&c);
+		return close((int)a[0]);
+	case SYS_close_range:
+		hook_leave(&c);
+		return close_range((unsigned)a[0], (unsigned)a[1], (int)a[2]);
+	case SYS_dup2:
+		hook_leave(&c);
+		return dup2((int)a[0], (int)a[1]);
+	case SYS_dup3:
+		hook_leave(&c);
+		return dup3((int)a[0], (int)a[1], (int)a[2]);
+	}
 	err = pre_syscall(n, a);
 	if (err) {
+		shim_unlock();
 		hook_refuse(&c, err);
 		return -1;
 	}
 	hook_leave(&c);
-	return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	long r = REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+	shim_unlock();
+	return r;
 }

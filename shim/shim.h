@@ -93,6 +93,7 @@ HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
 HIDDEN int pre_remove(int dirfd, const char *path, int flags);
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags);
 HIDDEN int pre_create(int dirfd, const char *path);
+HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags);
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags);
 HIDDEN int pre_fd(int fd, enum jcap_op op);
@@ -119,9 +120,12 @@ struct shim_state {
 	struct jseg g;
 	bool session_open, seg_open;
 	pid_t seg_pid;
+	struct { dev_t dev; ino_t ino; } jdirs[3];   /* session, log/, objects/ */
 };
 extern HIDDEN struct shim_state shim;
 HIDDEN int shim_segment(struct jseg **g);
+/* Release the path locks a pre-change check took (after the real call). */
+HIDDEN void shim_unlock(void);
 HIDDEN void shim_say(const char *what, const char *path, int err, const char *why);
 HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
 		       const char *rule, int err);

@@ -60,11 +60,25 @@ HIDDEN void shim_say(const char *what, const char *path, int err, const char *wh
 {
 	char line[PATH_MAX + 512];
 
-	snprintf(line, sizeof(line), "ftsbx: %s '%s': %s%s%s\n", what, path ? path : "",
-		 strerror(err), why ? " (" : "", why ? why : "");
 	if (why)
-		strncat(line, ")\n", sizeof(line) - strlen(line) - 1), line[strlen(line) - 3] = ')';
+		snprintf(line, sizeof(line), "ftsbx: %s '%s': %s (%s)\n", what, path ? path : "",
+			 strerror(err), why);
+	else
+		snprintf(line, sizeof(line), "ftsbx: %s '%s': %s\n", what, path ? path : "", strerror(err));
 	say_raw(line);
+}
+
+/* The inodes of the session's directories, for the off-limits test. */
+static void note_journal_dirs(void)
+{
+	const int fds[3] = { shim.s.dirfd, shim.s.logfd, shim.s.objfd };
+	struct stat st;
+
+	for (int i = 0; i < 3; i++)
+		if (fstat(fds[i], &st) == 0) {
+			shim.jdirs[i].dev = st.st_dev;
+			shim.jdirs[i].ino = st.st_ino;
+		}
 }
 
 /* Open the session on first use; open this process's segment on its first
@@ -81,6 +95,8 @@ HIDDEN int shim_segment(struct jseg **g)
 	pthread_mutex_lock(&seg_lock);
 	if (!shim.session_open) {
 		err = jsession_open(&shim.s, shim.journal, &(struct jsession_info){ 0 });
+		if (!err)
+			note_journal_dirs();
 		shim.session_open = !err;
 	}
 	if (!err && (!shim.seg_open || shim.seg_pid != pid)) {
@@ -194,6 +210,7 @@ static void start_session(void)
 		_exit(126);
 	}
 	shim.session_open = true;
+	note_journal_dirs();
 	shim.txn = jsession_next_txn(&shim.s);
 	snprintf(buf, sizeof(buf), "%u", shim.txn);
 	setenv("FTSBX_TXN", buf, 1);

@@ -843,6 +843,7 @@ static void log_detail(const struct jrecord *c)
 			put_field_text(stdout, c, F_PATH);
 		return;
 	case J_REWOUND:
+	case J_UNDOING:
 		if (jrec_u64(c, F_SEQREF, &ref))
 			printf("seq %" PRIu64, ref);
 		return;
@@ -1282,6 +1283,7 @@ static const uint32_t needed[J_TYPE_MAX + 1] = {
 	[J_RENAME]  = 1u << F_PATH | 1u << F_PATH2 | 1u << F_STAT,
 	[J_META]    = 1u << F_PATH | 1u << F_STAT,
 	[J_REWOUND] = 1u << F_SEQREF,
+	[J_UNDOING] = 1u << F_SEQREF,
 };
 
 struct vstate {

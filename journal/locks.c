@@ -1,0 +1,112 @@
+/*
+ * locks.c - path locks shared by every process of a session, so that the
+ * order of the records of one path is the order of its changes.
+ *
+ * Records take their seq before the change (undo before do). Two threads or
+ * processes changing the same path at once could otherwise record in one
+ * order and change in the other, and a rewind would then undo them in the
+ * wrong order. A writer therefore holds the locks of the paths it changes,
+ * and of their parent directories, from its capture until the change is
+ * made. SESSION/locks holds JL_STRIPES robust, process-shared mutexes; a
+ * path hashes to one of them. A process killed while holding one leaves it
+ * to the next locker (EOWNERDEAD), never a deadlock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "internal.h"
+
+#define JL_FILE_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
+
+int jlocks_create(int dfd)
+{
+	pthread_mutexattr_t a;
+	pthread_mutex_t m;
+	int fd, err = 0;
+
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&m, &a);
+	pthread_mutexattr_destroy(&a);
+	fd = openat(dfd, "locks", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	for (unsigned i = 0; i < JL_STRIPES && !err; i++)
+		err = jwrite_all(fd, &m, sizeof(m));
+	close(fd);
+	return err;
+}
+
+int jlocks_map(struct jsession *s)
+{
+	int fd = openat(s->dirfd, "locks", O_RDWR | O_CLOEXEC);
+	void *m;
+
+	if (fd < 0)
+		return -errno;
+	m = mmap(NULL, JL_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return -errno;
+	s->locks = m;
+	return 0;
+}
+
+static unsigned stripe(const char *p, size_t n)
+{
+	uint32_t h = 2166136261u;       /* FNV-1a */
+
+	while (n--)
+		h = (h ^ (uint8_t)*p++) * 16777619u;
+	return h % JL_STRIPES;
+}
+
+/* Add the stripes of P and of its parent directory to L. */
+static void add_path(struct jlockset *l, const char *p)
+{
+	const char *slash;
+	unsigned k[2];
+
+	if (!p)
+		return;
+	slash = strrchr(p, '/');
+	k[0] = stripe(p, strlen(p));
+	k[1] = stripe(p, slash && slash != p ? (size_t)(slash - p) : 1);
+	for (int i = 0; i < 2; i++) {
+		bool seen = false;
+		for (int j = 0; j < l->n; j++)
+			seen |= l->stripe[j] == k[i];
+		if (!seen && l->n < JL_MAX)
+			l->stripe[l->n++] = k[i];
+	}
+}
+
+void jlock_paths(struct jsession *s, struct jlockset *l, const char *a, const char *b)
+{
+	l->n = 0;
+	if (!s->locks)
+		return;
+	add_path(l, a);
+	add_path(l, b);
+	/* one global order: ascending stripes, so two lockers never deadlock */
+	for (int i = 1; i < l->n; i++)
+		for (int j = i; j > 0 && l->stripe[j - 1] > l->stripe[j]; j--) {
+			unsigned t = l->stripe[j];
+			l->stripe[j] = l->stripe[j - 1];
+			l->stripe[j - 1] = t;
+		}
+	for (int i = 0; i < l->n; i++)
+		if (pthread_mutex_lock(&s->locks[l->stripe[i]]) == EOWNERDEAD)
+			pthread_mutex_consistent(&s->locks[l->stripe[i]]);
+	l->s = s;
+}
+
+void junlock(struct jlockset *l)
+{
+	for (int i = l->n; i-- > 0;)
+		pthread_mutex_unlock(&l->s->locks[l->stripe[i]]);
+	l->n = 0;
+}

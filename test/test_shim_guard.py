@@ -1,0 +1,165 @@
+"""What a wrapped program cannot get around (issue 5): the journal
+directory is off limits, the environment is sticky (a program that drops
+LD_PRELOAD or empties its environment still runs journaled), and hostile
+hosts (test/hostile/*.c: closing or dup2()ing over the shim's descriptors,
+writing from constructors, vfork) still leave a journal that rewinds
+exactly."""
+import os
+import stat
+
+import pytest
+
+from conftest import assert_same
+from test_shim_lib import PY, Shim
+
+
+@pytest.fixture
+def shim(populated):
+    """A Shim over a workspace holding populate()'s rich tree."""
+    return Shim(populated)
+
+
+# --- the journal directory is off limits -------------------------------------------
+
+
+def journal_state(journal):
+    """rel -> (type, mode, content or size) for every entry of the journal;
+    dedup, seq and locks (shared tables changed in place) by size only."""
+    out = {}
+    for top, dirs, files in os.walk(journal):
+        for name in dirs + files:
+            path = os.path.join(top, name)
+            rel = os.path.relpath(path, journal)
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or rel in (b"dedup", b"seq", b"locks"):
+                out[rel] = (stat.S_IFMT(st.st_mode), st.st_mode, st.st_size)
+            else:
+                with open(path, "rb") as f:
+                    out[rel] = (stat.S_IFMT(st.st_mode), st.st_mode, f.read())
+    return out
+
+
+def assert_journal_intact(before, after):
+    """Nothing of BEFORE changed, but for records appended to segments and
+    new segments in log/."""
+    for rel, (kind, mode, data) in before.items():
+        assert rel in after, f"journal entry {rel!r} vanished"
+        k2, m2, d2 = after[rel]
+        assert (k2, m2) == (kind, mode), f"journal entry {rel!r}: mode {mode:o} -> {m2:o}"
+        if rel.startswith(b"log/") and rel.endswith(b".ftj"):
+            assert d2.startswith(data), f"journal segment {rel!r} was rewritten, not appended to"
+        else:
+            assert d2 == data, f"journal entry {rel!r} changed"
+    new = [rel for rel in after if rel not in before and not rel.startswith(b"log/")]
+    assert not new, f"new entries in the journal: {new!r}"
+
+
+J = b'"$FTSBX_JOURNAL"'
+ATTACKS = {
+    "cat_into": b"cat > %s/x <<< evil" % J,
+    "rm_rf": b"rm -rf %s" % J,
+    "truncate_session": b": > %s/session" % J,
+    "append_segment": b"for f in %s/log/*; do echo evil >> \"$f\"; done" % J,
+    "rename_out": b"mv %s/session stolen" % J,
+    "chmod": b"chmod -R 777 %s" % J,
+    "touch": b"touch -d @0 %s/session" % J,
+    "relative_path": b"cd %s/.. && echo evil > \"$(basename %s)/session\"" % (J, J),
+    "symlink_to_file": b"ln -s %s/session jl && echo evil >> jl" % J,
+    "symlink_to_dir": b"ln -s %s jd && echo evil > jd/session" % J,
+    "symlink_to_dir_new_file": b"ln -s %s jd && echo evil > jd/x" % J,
+    "hard_link": b"ln %s/session stolen && echo evil >> stolen" % J,
+    "python_os_open": b"%s -c 'import os; os.open(os.environ[\"FTSBX_JOURNAL\"] + \"/seq\", os.O_RDWR)'"
+                      % PY.encode(),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_journal_directory_refused(shim, attack):
+    before = shim.snap()
+    shim.sh(b"echo changed > a.txt && rm big.bin && mkdir newdir")
+    jbefore = journal_state(shim.journal)
+    proc = shim.sh(ATTACKS[attack], rc=None, refusals_ok=True)
+    assert proc.returncode != 0, f"{attack}: exit 0\nstderr: {proc.stderr!r}"
+    assert b"ftsbx: " in proc.stderr, f"{attack}: no ftsbx: line\nstderr: {proc.stderr!r}"
+    assert_journal_intact(jbefore, journal_state(shim.journal))
+    shim.verify()
+    shim.rewind()
+    assert_same(before, shim.snap())
+    shim.verify()
+
+
+# --- environment stickiness ----------------------------------------------------------
+
+ESCAPES = {
+    "env_i": b"env -i /bin/sh -c 'rm a.txt'",
+    "env_u_ld_preload": b"env -u LD_PRELOAD /bin/sh -c 'rm a.txt'",
+    "env_u_ftsbx": b"env -u FTSBX_JOURNAL -u FTSBX_TXN rm a.txt",
+    "empty_ld_preload": b"LD_PRELOAD= rm a.txt",
+    "other_ld_preload": b"LD_PRELOAD=libc.so.6 /bin/sh -c 'unset LD_PRELOAD; rm a.txt'",
+    "python_execve_empty": b"%s -c 'import os; os.execve(\"/bin/rm\", [\"rm\", \"a.txt\"], {})'"
+                           % PY.encode(),
+    "python_subprocess_empty": b"%s -c 'import subprocess; subprocess.run([\"/bin/rm\", \"a.txt\"], env={}, "
+                               b"check=True)'" % PY.encode(),
+    "perl_clears_env": b"perl -e '%ENV = (); exec \"/bin/rm\", \"a.txt\" or die'",
+}
+
+
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+def test_environment_sticky(shim, escape):
+    def check(_):
+        assert not shim.exists("a.txt")
+    shim.roundtrip(ESCAPES[escape], check)
+
+
+# --- hostile hosts ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["close_range", "closefrom", "loop", "syscall"])
+def test_host_closes_every_fd(shim, how):
+    exe = shim.gcc("closefds", "closefds.c")
+
+    def check(_):
+        assert shim.read("a.txt") == shim.read("src/main.c") == b"after the close\n"
+        assert shim.read("new.before") == b"before the close\n" and not shim.exists("secret")
+    shim.roundtrip(b"ulimit -n 4096 && %s %s new a.txt src/main.c secret-" % (exe, how.encode()), check)
+
+
+def test_host_dup2_onto_high_fds(shim):
+    exe = shim.gcc("highfds", "highfds.c")
+
+    def check(_):
+        for rel in ("a.txt", "newfile"):
+            assert shim.read(rel).count(b"\n") == 325
+    shim.roundtrip(b"ulimit -n 4096 && %s a.txt newfile" % exe, check)
+
+
+def test_host_constructor_writes_before_main(shim):
+    bindir = os.path.join(shim.base, b"bin")
+    shim.gcc("libctor.so", "ctorlib.c", flags=["-shared", "-fPIC"])
+    exe = shim.gcc("ctormain", "ctormain.c", flags=[b"-L" + bindir, "-lctor", b"-Wl,-rpath," + bindir])
+    shim.write("lib-ctor.victim", "to be removed by a constructor\n")
+
+    def check(_):
+        assert shim.read("lib-ctor.out") == b"written before main\n"
+        assert shim.read("lib-dtor.gcda") == b"written after main\n"
+        assert shim.read("main-ctor.renamed") == b"main's constructor\n"
+        assert shim.read("main.out") == b"main\n" and not shim.exists("lib-ctor.victim")
+    shim.roundtrip(exe, check)
+
+
+@pytest.mark.parametrize("env", ["inherited", "empty"])
+def test_host_vfork_exec_deletes(shim, env):
+    exe = shim.gcc("vforkexec", "vforkexec.c")
+    flag = b" -e" if env == "empty" else b""
+
+    def check(_):
+        assert not shim.exists("a.txt") and not shim.exists("src")
+    shim.roundtrip(b"%s%s /bin/rm a.txt && %s%s /bin/rm -r src" % (exe, flag, exe, flag), check)
+
+
+def test_refusal_message_format(shim):
+    """One stderr line per refusal, in the project's message form."""
+    proc = shim.sh(b"echo evil > \"$FTSBX_JOURNAL/x\"", rc=1, refusals_ok=True)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(b"ftsbx: ")]
+    want = b"ftsbx: refused '%s/x': Permission denied (the journal directory is off limits)" % shim.journal
+    assert lines == [want], f"stderr: {proc.stderr!r}"
