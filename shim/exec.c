@@ -81,11 +81,32 @@ static bool has_var(char *const *env, const char *var)
 
 /* The envp to pass on: ENVP with every sticky variable that it lacks, and
  * LD_PRELOAD pointing at this library. BUF holds CAP pointers. */
+/* The FTSBX_TXN a started program gets: its transaction (spawn_txn for a
+ * child the root is starting, else this process's own). */
+static char txn_var[32];
+static long spawn_txn = -1;
+
+static void set_txn_var(void)
+{
+	snprintf(txn_var, sizeof(txn_var), "FTSBX_TXN=%u",
+		 spawn_txn >= 0 ? (uint32_t)spawn_txn : (shim.root ? 0 : shim.txn));
+}
+
+static bool txn_var_ok(char *const *envp)
+{
+	for (char *const *e = envp; e && *e; e++)
+		if (!strncmp(*e, "FTSBX_TXN=", 10))
+			return !strcmp(*e, txn_var);
+	return false;
+}
+
 HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
 {
 	size_t n = 0, k = 0;
-	bool ok = true;
+	bool ok;
 
+	set_txn_var();
+	ok = txn_var_ok(envp);
 	for (size_t i = 0; i < nsticky && ok; i++) {
 		if (!strncmp(sticky[i], "LD_PRELOAD=", 11)) {
 			const char *v = NULL;
@@ -104,13 +125,15 @@ HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
 	if (n + nsticky + 1 > cap)
 		return (char **)envp;   /* caller's buffer too small: see exec_env */
 	for (char *const *e = envp; e && *e; e++) {
-		if (!strncmp(*e, "LD_PRELOAD=", 11))
-			continue;       /* ours (with theirs in it) comes below */
+		if (!strncmp(*e, "LD_PRELOAD=", 11) || !strncmp(*e, "FTSBX_TXN=", 10))
+			continue;       /* ours come below */
 		buf[k++] = *e;
 	}
 	for (size_t i = 0; i < nsticky; i++)
-		if (!strncmp(sticky[i], "LD_PRELOAD=", 11) || !has_var(envp, sticky[i]))
+		if (!strncmp(sticky[i], "LD_PRELOAD=", 11) ||
+		    (strncmp(sticky[i], "FTSBX_TXN=", 10) && !has_var(envp, sticky[i])))
 			buf[k++] = sticky[i];
+	buf[k++] = txn_var;
 	buf[k] = NULL;
 	return buf;
 }
@@ -124,8 +147,15 @@ static size_t env_count(char *const envp[])
 	return n;
 }
 
+static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uint32_t txn);
+
 /* Record a program start. ARGV may be NULL. */
 static void record_exec(const char *path, char *const argv[], pid_t pid)
+{
+	record_exec_txn(path, argv, pid, shim_txn());
+}
+
+static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uint32_t txn)
 {
 	uint8_t buf[16384];
 	char cwd[PATH_MAX];
@@ -134,7 +164,7 @@ static void record_exec(const char *path, char *const argv[], pid_t pid)
 
 	if (shim_segment(&g))
 		return;
-	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, shim.txn);
+	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
 	jb_u32(&b, F_PID, (uint32_t)(pid ? pid : getpid()));
 	jb_u32(&b, F_PPID, (uint32_t)(pid ? getpid() : getppid()));
 	jb_str(&b, F_PATH, path);
@@ -143,7 +173,7 @@ static void record_exec(const char *path, char *const argv[], pid_t pid)
 		jb_str(&b, F_CWD, cwd);
 	if (b.overflow) {       /* an enormous argv: keep the program name */
 		char *const a0[] = { argv && argv[0] ? argv[0] : (char *)path, NULL };
-		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, shim.txn);
+		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
 		jb_u32(&b, F_PID, (uint32_t)(pid ? pid : getpid()));
 		jb_str(&b, F_PATH, path);
 		jb_argv(&b, F_ARGV, a0);
@@ -172,6 +202,7 @@ static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[])
 {
 	if (!hook_enter(c))
 		return 0;
+	txn_exec(argv);
 	record_exec(path, argv, 0);
 	return 1;
 }
@@ -279,12 +310,17 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 	int r;
 
 	if (!hook_enter(&c))
-		return (search ? real_posix_spawnp : REAL(posix_spawn))(pid, p, fa, at, a, e);
+		return (search ? REAL(posix_spawnp) : REAL(posix_spawn))(pid, p, fa, at, a, e);
+	uint32_t t = txn_for_spawn(a);
+	spawn_txn = t;
 	WITH_ENV(e, fixed, {
-		r = (search ? real_posix_spawnp : REAL(posix_spawn))(&child, p, fa, at, a, fixed);
+		r = (search ? REAL(posix_spawnp) : REAL(posix_spawn))(&child, p, fa, at, a, fixed);
 	});
-	if (r == 0)
-		record_exec(p, a, child);
+	spawn_txn = -1;
+	if (r == 0) {
+		txn_spawned(child, t);
+		record_exec_txn(p, a, child, t);
+	}
 	if (pid)
 		*pid = child;
 	hook_leave(&c);
@@ -313,34 +349,38 @@ static void environ_restore(void)
 			putenv(sticky[i]);
 }
 
+/* Start sh -c CMD through REAL_CALL (system or popen) as a transaction of
+ * its own when the root starts it; DONE runs after, with the result r_. */
+#define SHELL_HOOK(real_call, cmd, done) do {                             \
+	struct hook_ctx c;                                                \
+	char *const argv[] = { "sh", "-c", (char *)(cmd), NULL };        \
+	if (!hook_enter(&c) || !(cmd))                                    \
+		return real_call;                                         \
+	environ_restore();                                                \
+	uint32_t t = txn_for_spawn(argv);                                 \
+	spawn_txn = t;                                                    \
+	set_txn_var();                                                    \
+	putenv(txn_var);                                                  \
+	record_exec_txn("/bin/sh", argv, 0, t);                           \
+	hook_leave(&c);                                                   \
+	__typeof__(real_call) r_ = real_call;                             \
+	spawn_txn = -1;                                                   \
+	set_txn_var();                                                    \
+	done;                                                             \
+	return r_;                                                        \
+} while (0)
+
 EXPORT int system(const char *cmd)
 {
-	struct hook_ctx c;
-	char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
-
-	if (!hook_enter(&c) || !cmd)
-		return REAL(system)(cmd);
-	environ_restore();
-	record_exec("/bin/sh", argv, 0);
-	hook_leave(&c);
-	return REAL(system)(cmd);
+	SHELL_HOOK(REAL(system)(cmd), cmd, txn_system_done(t, r_));
 }
 
 EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-	struct hook_ctx c;
-	char *const argv[] = { "sh", "-c", (char *)cmd, NULL };
-
-	if (!hook_enter(&c))
-		return REAL(popen)(cmd, mode);
-	environ_restore();
-	record_exec("/bin/sh", argv, 0);
-	hook_leave(&c);
-	return REAL(popen)(cmd, mode);
+	SHELL_HOOK(REAL(popen)(cmd, mode), cmd, (void)t);
 }
 
 EXPORT pid_t vfork(void)
 {
-	shim_ensure();
-	return REAL(fork)();
+	return fork();          /* txn.c's, which gives a tool call its transaction */
 }

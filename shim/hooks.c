@@ -129,7 +129,7 @@ static int capture(const char *p, enum jcap_op op, bool lock)
 		return err;
 	if (lock)
 		lock_paths(g, p, NULL);
-	return jcap_path(g, shim.txn, p, op);
+	return jcap_path(g, shim_txn(), p, op);
 }
 
 static int refuse_unjournaled(const char *p, int err);
@@ -144,7 +144,7 @@ static int capture_remove(const char *p)
 	err = shim_segment(&g);
 	if (!err) {
 		lock_paths(g, p, NULL);
-		err = jcap_remove(g, shim.txn, p);
+		err = jcap_remove(g, shim_txn(), p);
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
 }
@@ -157,11 +157,13 @@ static int refuse_unjournaled(const char *p, int err)
 	return -err;
 }
 
-static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool follow)
+static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool follow, bool creates)
 {
 	mode_t mode = 0;
 	int err = resolve_final(p, follow, &mode);
 
+	if (!err && !mode && !creates)
+		return 0;       /* truncate() and friends of a missing path: it fails */
 	if (!err && (err = off_limits_change(opname, p)))
 		return err;
 	if (!err)
@@ -192,7 +194,8 @@ HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX]
 	if (!writes(flags) || (flags & __O_TMPFILE) == __O_TMPFILE)
 		return off_limits("open", p);
 	return check("open", p, (flags & O_TRUNC) ? JC_TRUNC : (flags & O_APPEND) ? JC_APPEND : JC_WRITE,
-		     !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL));
+		     !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL),
+		     flags & O_CREAT);
 }
 
 static int fopen_flags(const char *mode)
@@ -262,7 +265,7 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 	err = shim_segment(&g);
 	if (!err) {
 		lock_paths(g, from, to);
-		err = jcap_rename(g, shim.txn, from, to, flags);
+		err = jcap_rename(g, shim_txn(), from, to, flags);
 	}
 	return err ? refuse_unjournaled(from, err) : 0;
 }
@@ -283,7 +286,7 @@ HIDDEN int pre_create(int dirfd, const char *path)
 	err = shim_segment(&g);
 	if (!err) {
 		lock_paths(g, p, NULL);
-		err = jcap_create(g, shim.txn, p);
+		err = jcap_create(g, shim_txn(), p);
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
 }
@@ -311,7 +314,7 @@ HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow)
 
 	if (err)
 		return refuse_unjournaled(path, err);
-	return check("change", p, op, follow);
+	return check("change", p, op, follow, false);
 }
 
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags)
@@ -331,7 +334,7 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 	n = strlen(p);
 	if (n > 10 && !strcmp(p + n - 10, " (deleted)"))
 		return 0;               /* no name left to restore it under */
-	return check("change", p, op, false);
+	return check("change", p, op, false, false);
 }
 
 #define HOOK(ret, name, params, args, fail, pre)   \

@@ -18,8 +18,11 @@
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <sys/types.h>
 #include <utime.h>
 #include "../journal/journal.h"
@@ -115,7 +118,10 @@ struct shim_state {
 	char journal[PATH_MAX];        /* the session directory, normalised */
 	size_t journal_len;
 	char self[PATH_MAX];           /* this library's path, for LD_PRELOAD */
-	uint32_t txn;
+	uint32_t txn;                  /* 0 in the root: its own txn is taken lazily */
+	bool root;                     /* the session's first process (FTSBX_ROOT) */
+	bool txn_fresh;                /* a tool call's child: J_TXN_BEGIN not written yet */
+	char **argv;                   /* this process's argv, from the constructor */
 	struct jsession s;
 	struct jseg g;
 	bool session_open, seg_open;
@@ -129,6 +135,13 @@ HIDDEN void shim_unlock(void);
 HIDDEN void shim_say(const char *what, const char *path, int err, const char *why);
 HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
 		       const char *rule, int err);
+
+/* txn.c: transactions. */
+HIDDEN uint32_t shim_txn(void);
+HIDDEN void txn_exec(char *const argv[]);
+HIDDEN uint32_t txn_for_spawn(char *const argv[]);
+HIDDEN void txn_spawned(pid_t pid, uint32_t txn);
+HIDDEN void txn_system_done(uint32_t txn, int status);
 
 /* exec.c: environment stickiness. */
 HIDDEN void env_capture(void);

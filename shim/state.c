@@ -124,7 +124,7 @@ HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char
 	shim_say("refused", path, err, rule);
 	if (shim_segment(&g))
 		return err;
-	jb_init(&b, buf, sizeof(buf), J_REFUSE, 0, shim.txn);
+	jb_init(&b, buf, sizeof(buf), J_REFUSE, 0, shim_txn());
 	jb_str(&b, F_OP, op);
 	jb_str(&b, F_RULE, rule);
 	jb_u32(&b, F_ERRNO, (uint32_t)err);
@@ -199,7 +199,17 @@ static void start_session(void)
 	if (strcmp(j, shim.journal))
 		setenv("FTSBX_JOURNAL", shim.journal, 1);
 	if (t && *t) {
+		const char *root = getenv("FTSBX_ROOT");
 		shim.txn = (uint32_t)strtoul(t, NULL, 10);
+		/* the root itself, after an exec (bash -c 'exec agent') */
+		if (root && (pid_t)strtol(root, NULL, 10) == getpid()) {
+			shim.root = true;
+			shim.txn = 0;
+			if (!jsession_open(&shim.s, shim.journal, NULL)) {
+				shim.session_open = true;
+				note_journal_dirs();
+			}
+		}
 		return;
 	}
 	char *argv[] = { (char *)"(ftsbx session)", NULL };
@@ -211,12 +221,23 @@ static void start_session(void)
 	}
 	shim.session_open = true;
 	note_journal_dirs();
-	shim.txn = jsession_next_txn(&shim.s);
-	snprintf(buf, sizeof(buf), "%u", shim.txn);
-	setenv("FTSBX_TXN", buf, 1);
+	shim.root = true;
+	shim.txn = 0;           /* the root's own transaction starts at its first change */
+	snprintf(buf, sizeof(buf), "%d", (int)getpid());
+	setenv("FTSBX_ROOT", buf, 1);
+	setenv("FTSBX_TXN", "0", 1);
 }
 
-HIDDEN __attribute__((constructor)) void shim_init(void)
+/* glibc passes argc, argv and envp to the constructors of shared objects. */
+__attribute__((constructor)) static void shim_ctor(int argc, char **argv, char **envp)
+{
+	(void)argc;
+	(void)envp;
+	shim.argv = argv;
+	shim_init();
+}
+
+HIDDEN void shim_init(void)
 {
 	static bool started;
 
