@@ -1,48 +1,52 @@
 #!/bin/sh
-# demo.sh - `make demo`: a session written through the journal API by
-# test/jdrive (the way the shim writes it), then read back with txreplay:
-# the transactions, the timeline, a verify, a rewind of one bad transaction
-# and finally of the whole session, checked against the tree as it started.
+# demo.sh - `make demo`: an unmodified agent session wrapped by ftsbx.
+# A scripted agent loop (test/demo_agent.py, plain Python that knows nothing
+# of ftsbx) runs its tool calls under LD_PRELOAD=libftsbx.so: edits, a
+# destructive mistake, a command that is refused, a call that fails and is
+# rewound automatically. Then the forensic timeline, a verify, an undo of the
+# mistake alone, and a rewind of the whole session back to the start, checked
+# against a full listing of the tree taken before.
 set -eu
-B=${1:-build}
-J=$B/test/jdrive
+B=$(cd "${1:-build}" && pwd)
+D=$(cd "$(dirname "$0")" && pwd)
 T=$B/txreplay
 W=$(mktemp -d /tmp/ftsbx-demo-XXXXXX)
 trap 'rm -rf "$W"' EXIT
-S=$W/journal
+J=$W/journal
 ws=$W/workspace
-mkdir -p "$ws/src" "$ws/docs"
-printf 'int main(void) { return 0; }\n' > "$ws/src/main.c"
-printf 'int helper(void) { return 1; }\n' > "$ws/src/util.c"
+mkdir -p "$ws/src" "$ws/tests" "$W/home"
+printf 'def add(a, b):\n    return a + b\n' > "$ws/src/calc.py"
+printf 'import sys\nsys.path.insert(0, "src")\nfrom calc import add\nassert add(2, 2) == 4\nprint("tests pass")\n' \
+	> "$ws/tests/test_calc.py"
 printf '# demo project\n' > "$ws/README.md"
-printf 'notes\n' > "$ws/docs/notes.txt"
 listing() { (cd "$ws" && find . -printf '%y %m %s %T@ %p\n' | sort && find . -type f -exec sha256sum {} + | sort); }
 before=$(listing)
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-say "tool call 1: the agent edits two files"
-$J "$S" begin sed -i s/0/42/ src/main.c :: put "$ws/src/main.c" 'int main(void) { return 42; }
-' :: append "$ws/README.md" 'Build with make.
-' :: end 0
-say "tool call 2: a destructive mistake, rm -rf src"
-$J "$S" begin rm -rf src :: unlink "$ws/src/main.c" :: unlink "$ws/src/util.c" :: rmdir "$ws/src" :: end 0
-say "tool call 3: a command the policy refuses"
-$J "$S" begin git push --force :: exec git push --force origin main \
-	:: refuse exec 'git push --force: rewrites history on a remote' :: end 256
-say "the transactions (txreplay list)"
-$T list "$S"
-say "the forensic timeline (txreplay log)"
-$T log "$S"
-say "verify the journal (txreplay verify)"
-$T verify "$S"
-say "undo the mistake only (txreplay rewind --txn 2)"
-$T rewind "$S" --txn 2
+say "the agent runs, wrapped: LD_PRELOAD=libftsbx.so FTSBX_ON_FAILURE=rewind python3 demo_agent.py"
+(cd "$ws" && HOME=$W/home LD_PRELOAD=$B/libftsbx.so FTSBX_JOURNAL=$J FTSBX_ON_FAILURE=rewind \
+	/usr/bin/python3 "$D/demo_agent.py")
+say "the transactions: one per tool call (txreplay list)"
+$T list "$J"
+say "the forensic timeline, changes and refusals (txreplay log)"
+$T log "$J" | grep -v ' segment \| exec \| session \| rewound \| undoing ' || true
+say "verify: every record, its checksum, the hash chain and every saved pre-image"
+$T verify "$J"
+mistake=$($T list "$J" --json | /usr/bin/python3 -c '
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l)
+    if "rm -rf src" in " ".join(r["argv"] or []): print(r["txn"])')
+say "undo the destructive mistake alone (txreplay rewind --txn $mistake)"
+$T rewind "$J" --txn "$mistake" | tail -1
 ls -l "$ws/src"
 say "rewind the whole session (txreplay rewind)"
-$T rewind "$S"
+$T rewind "$J" | tail -1
 after=$(listing)
 if [ "$before" = "$after" ]; then
-	say "the workspace is byte for byte, mode for mode and mtime for mtime as it started"
+	say "the workspace is as it started: every file, byte, mode and mtime"
 else
-	say "MISMATCH after rewind"; printf "%s\n" "$before" > "$W/a"; printf "%s\n" "$after" > "$W/b"; diff "$W/a" "$W/b" || true; exit 1
+	say "MISMATCH after rewind"
+	printf '%s\n' "$before" > "$W/a"; printf '%s\n' "$after" > "$W/b"; diff "$W/a" "$W/b" || true
+	exit 1
 fi
