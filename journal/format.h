@@ -9,7 +9,10 @@
  *     session            file header + one J_SESSION record (who, when, argv)
  *     seq                shared counters: 4096 bytes, mmap(MAP_SHARED); u64 at
  *                        offset 0 is the next sequence number, u64 at offset 8
- *                        the next transaction id. Both only grow (atomic add).
+ *                        the next transaction id, u64 at offset 16 the
+ *                        generation (bumped before every remove, rename and
+ *                        symlink: ends copy-on-first-write dedup and cached
+ *                        path verdicts). All only grow (atomic add).
  *     log/S-PID.ftj      one append-only segment per writer (process, or
  *                        txreplay's own marks); S is the segment's first seq.
  *     reserve            up to 128 KiB of allocated space (less on a small

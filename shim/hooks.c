@@ -20,22 +20,39 @@ static bool untracked(const char *p)
  * inode test catches a way in through a symlinked directory or a hard link:
  * every journal file lives directly in one of the session's three
  * directories, so the parent of P is compared with them. */
+/* The last parent this thread found outside the journal. It stays valid
+ * while the session's generation (bumped by every remove and rename, in any
+ * process: journal/dedup.c) is unchanged, since a directory cannot become a
+ * symlink into the journal without first being removed or renamed. */
+static __thread struct {
+	uint64_t gen;
+	char parent[512];
+} outside __attribute__((tls_model("initial-exec")));
+
 static bool in_journal_dir(const char *p)
 {
 	char parent[PATH_MAX];
 	const char *slash = strrchr(p, '/');
 	struct stat st;
+	uint64_t gen;
 
 	if (!shim.session_open || !slash)
 		return false;
 	size_t n = slash == p ? 1 : (size_t)(slash - p);
 	memcpy(parent, p, n);
 	parent[n] = 0;
+	gen = __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE);
+	if (outside.gen == gen + 1 && !strcmp(outside.parent, parent))
+		return false;
 	if (stat(parent, &st) < 0)
 		return false;
 	for (int i = 0; i < 3; i++)
 		if (st.st_dev == shim.jdirs[i].dev && st.st_ino == shim.jdirs[i].ino)
 			return true;
+	if (n < sizeof(outside.parent)) {
+		memcpy(outside.parent, parent, n + 1);
+		outside.gen = gen + 1;
+	}
 	return false;
 }
 
@@ -289,6 +306,15 @@ HIDDEN int pre_create(int dirfd, const char *path)
 		err = jcap_create(g, shim_txn(), p);
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
+}
+
+/* A new symlink may stand where a directory stood: it ends the cached
+ * "outside the journal" verdicts, as removes and renames do. */
+HIDDEN int pre_symlink(int dirfd, const char *path)
+{
+	if (shim.session_open)
+		__atomic_add_fetch(&shim.s.ctr[2], 1, __ATOMIC_SEQ_CST);
+	return pre_create(dirfd, path);
 }
 
 /* link: the new name is a creation; the old one must not lead into the

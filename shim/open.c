@@ -106,8 +106,8 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_mknodat:    return pre_create(I(0), S(1));
 	case SYS_link:       return pre_link(AT_FDCWD, S(0), AT_FDCWD, S(1), 0);
 	case SYS_linkat:     return pre_link(I(0), S(1), I(2), S(3), I(4));
-	case SYS_symlink:    return pre_create(AT_FDCWD, S(1));
-	case SYS_symlinkat:  return pre_create(I(1), S(2));
+	case SYS_symlink:    return pre_symlink(AT_FDCWD, S(1));
+	case SYS_symlinkat:  return pre_symlink(I(1), S(2));
 	case SYS_truncate:   return pre_path(AT_FDCWD, S(0), JC_TRUNC, 1);
 	case SYS_ftruncate:  return pre_fd(I(0), JC_TRUNC);
 	case SYS_fallocate:  return pre_fd(I(0), JC_TRUNC);
