@@ -10,8 +10,10 @@
  *     seq                shared counters: 4096 bytes, mmap(MAP_SHARED); u64 at
  *                        offset 0 is the next sequence number, u64 at offset 8
  *                        the next transaction id, u64 at offset 16 the
- *                        generation (bumped before every remove, rename and
- *                        symlink: ends copy-on-first-write dedup and cached
+ *                        generation (bumped before every remove and rename:
+ *                        ends copy-on-first-write dedup), u64 at
+ *                        offset 24 the namespace generation (bumped by the shim
+ *                        before every rmdir, rename and symlink: ends cached
  *                        path verdicts). All only grow (atomic add).
  *     log/S-PID.ftj      one append-only segment per writer (process, or
  *                        txreplay's own marks); S is the segment's first seq.

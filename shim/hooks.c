@@ -21,9 +21,10 @@ static bool untracked(const char *p)
  * every journal file lives directly in one of the session's three
  * directories, so the parent of P is compared with them. */
 /* The last parent this thread found outside the journal. It stays valid
- * while the session's generation (bumped by every remove and rename, in any
- * process: journal/dedup.c) is unchanged, since a directory cannot become a
- * symlink into the journal without first being removed or renamed. */
+ * while the session's namespace generation (the seq file's u64 at offset 24,
+ * bumped before every rmdir, rename and symlink, in any process) is
+ * unchanged: a directory cannot become a symlink into the journal without
+ * one of those. */
 static __thread struct {
 	uint64_t gen;
 	char parent[512];
@@ -41,7 +42,7 @@ static bool in_journal_dir(const char *p)
 	size_t n = slash == p ? 1 : (size_t)(slash - p);
 	memcpy(parent, p, n);
 	parent[n] = 0;
-	gen = __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE);
+	gen = __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE);
 	if (outside.gen == gen + 1 && !strcmp(outside.parent, parent))
 		return false;
 	if (stat(parent, &st) < 0)
@@ -54,6 +55,12 @@ static bool in_journal_dir(const char *p)
 		outside.gen = gen + 1;
 	}
 	return false;
+}
+
+static void bump_namespace(void)
+{
+	if (shim.session_open)
+		__atomic_add_fetch(&shim.s.ctr[3], 1, __ATOMIC_SEQ_CST);
 }
 
 static int off_limits(const char *op, const char *p)
@@ -258,6 +265,8 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	if (err)
 		return refuse_unjournaled(path, err);
 	fdcache_forget(p);
+	if (flags & AT_REMOVEDIR || flags == REMOVE_ANY)
+		bump_namespace();
 	if ((err = off_limits_change("remove", p)))
 		return err;
 	return capture_remove(p);
@@ -277,6 +286,7 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		return err;
 	fdcache_forget(from);
 	fdcache_forget(to);
+	bump_namespace();
 	if (untracked(from) && untracked(to))
 		return 0;
 	err = shim_segment(&g);
@@ -312,8 +322,7 @@ HIDDEN int pre_create(int dirfd, const char *path)
  * "outside the journal" verdicts, as removes and renames do. */
 HIDDEN int pre_symlink(int dirfd, const char *path)
 {
-	if (shim.session_open)
-		__atomic_add_fetch(&shim.s.ctr[2], 1, __ATOMIC_SEQ_CST);
+	bump_namespace();
 	return pre_create(dirfd, path);
 }
 

@@ -93,6 +93,8 @@ HIDDEN int pre_open(int dirfd, const char *path, int flags);
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX]);
 HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode);
 HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
+/* pre_remove's flags: AT_REMOVEDIR, 0 (unlink) or REMOVE_ANY (remove()). */
+#define REMOVE_ANY 0x40000000
 HIDDEN int pre_remove(int dirfd, const char *path, int flags);
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags);
 HIDDEN int pre_create(int dirfd, const char *path);
