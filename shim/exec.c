@@ -158,23 +158,21 @@ static void record_exec(const char *path, char *const argv[], pid_t pid)
 static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uint32_t txn)
 {
 	uint8_t buf[16384];
-	char cwd[PATH_MAX];
 	struct jbuild b;
 	struct jseg *g;
 
 	if (shim_segment(&g))
 		return;
 	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
-	jb_u32(&b, F_PID, (uint32_t)(pid ? pid : getpid()));
-	jb_u32(&b, F_PPID, (uint32_t)(pid ? getpid() : getppid()));
+	jb_u32(&b, F_PID, (uint32_t)(pid ? pid : shim_pid()));
+	jb_u32(&b, F_PPID, (uint32_t)(pid ? shim_pid() : getppid()));
 	jb_str(&b, F_PATH, path);
 	jb_argv(&b, F_ARGV, argv);
-	if (getcwd(cwd, sizeof(cwd)))
-		jb_str(&b, F_CWD, cwd);
+	jb_str(&b, F_CWD, cwd_get());
 	if (b.overflow) {       /* an enormous argv: keep the program name */
 		char *const a0[] = { argv && argv[0] ? argv[0] : (char *)path, NULL };
 		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
-		jb_u32(&b, F_PID, (uint32_t)(pid ? pid : getpid()));
+		jb_u32(&b, F_PID, (uint32_t)(pid ? pid : shim_pid()));
 		jb_str(&b, F_PATH, path);
 		jb_argv(&b, F_ARGV, a0);
 	}

@@ -25,6 +25,15 @@ HIDDEN void cwd_refresh(void)
 	__atomic_store_n(&cwd_cur, next, __ATOMIC_RELEASE);
 }
 
+/* The cached cwd (read now if never read), or NULL. */
+HIDDEN const char *cwd_get(void)
+{
+	if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
+		cwd_refresh();
+	const char *c = cwd_buf[__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE)];
+	return *c ? c : NULL;
+}
+
 HIDDEN bool path_under(const char *path, const char *dir, size_t dirlen)
 {
 	return dirlen && !strncmp(path, dir, dirlen) && (path[dirlen] == '/' || path[dirlen] == 0);

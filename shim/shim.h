@@ -109,6 +109,8 @@ HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path);
 HIDDEN int path_fd(char out[PATH_MAX], int fd);
 HIDDEN void path_normalise(char *p);
 HIDDEN void cwd_refresh(void);
+HIDDEN const char *cwd_get(void);
+HIDDEN pid_t shim_pid(void);
 HIDDEN bool path_under(const char *path, const char *dir, size_t dirlen);
 HIDDEN void fdcache_put(int fd, const char *path);
 HIDDEN void fdcache_drop(int fd);

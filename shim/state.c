@@ -87,9 +87,14 @@ static void note_journal_dirs(void)
  * getpid() system call per change. */
 static pid_t my_pid;
 
+HIDDEN pid_t shim_pid(void)
+{
+	return my_pid ? my_pid : (my_pid = getpid());
+}
+
 HIDDEN int shim_segment(struct jseg **g)
 {
-	pid_t pid = my_pid ? my_pid : (my_pid = getpid());
+	pid_t pid = shim_pid();
 	int err = 0;
 
 	pthread_mutex_lock(&seg_lock);
