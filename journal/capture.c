@@ -660,6 +660,50 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r)
 	return err;
 }
 
+static int parent_meta(struct jseg *g, uint32_t txn, const char *path);
+
+/* Unlink the regular file PATH by renaming it into the journal as
+ * objects/SEQ.ino: one system call where a link and an unlink would be two,
+ * and no bytes copied. The record comes first (undo before do); if the
+ * rename then fails, the record is moot: its inode is still at PATH, which
+ * an undo takes as already restored. Returns 1 when the file is gone, 0
+ * when the caller must capture and unlink the usual way (another
+ * filesystem, not a regular file), or -errno (the unlink's own error). */
+int jcap_unlink(struct jseg *g, uint32_t txn, const char *path)
+{
+	struct jsession *s = g->s;
+	struct rec r = { .type = J_REMOVE, .path = path, .xattrs = XA_PATH };
+	struct stat st, od;
+	uint64_t seq, ino[2];
+	char name[32];
+	int err;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+	if (!S_ISREG(st.st_mode) || fstat(s->objfd, &od) < 0 || od.st_dev != st.st_dev)
+		return 0;
+	dedup_bump(s);
+	err = parent_meta(g, txn, path);
+	if (err)
+		return err;
+	seq = jsession_next_seq(s);
+	ino[0] = st.st_dev;
+	ino[1] = st.st_ino;
+	r.st = &st;
+	r.tag = F_INODE;
+	r.p1 = ino;
+	r.n1 = sizeof(ino);
+	err = emit(g, txn, &r, seq);
+	if (err)
+		return err;
+	object_name(name, seq, "ino");
+	if (renameat(AT_FDCWD, path, s->objfd, name) < 0)
+		return -errno;
+	if (s->flags & JS_DURABLE)
+		fsync(s->objfd);        /* the file is gone already; its record is safe */
+	return 1;
+}
+
 static int rec_remove(struct jseg *g, uint32_t txn, const char *path)
 {
 	struct stat st;
@@ -709,10 +753,12 @@ int jcap_create(struct jseg *g, uint32_t txn, const char *path)
 	struct stat st;
 	int err;
 
-	/* Something is there: the call will fail (EEXIST), but a J_CREATE
-	 * would have rewind remove it. Keep its metadata instead. */
+	/* Something is there: the call will fail (EEXIST) and change
+	 * nothing, so nothing is recorded (a J_CREATE would have rewind remove
+	 * it; a metadata record would claim a change, and a directory shared
+	 * with others, /tmp after mkdir -p, would then look drifted). */
 	if (lstat(path, &st) == 0)
-		return jcap_meta(g, txn, path, false);
+		return 0;
 	if (errno != ENOENT)
 		return -errno;
 	/* Not remembered: the new name may be a hard link to an inode with

@@ -15,6 +15,9 @@
  *                        offset 24 the namespace generation (bumped by the shim
  *                        before every rmdir, rename and symlink: ends cached
  *                        path verdicts). All only grow (atomic add).
+ *                        Bytes 512..4095: 896 u32 slots where a process that
+ *                        is not a tool call leaves its transaction id
+ *                        (slot id % 896) for the root to see at its reaping.
  *     log/S-PID.ftj      one append-only segment per writer (process, or
  *                        txreplay's own marks); S is the segment's first seq.
  *     reserve            up to 128 KiB of allocated space (less on a small

@@ -158,7 +158,9 @@ static int capture(const char *p, enum jcap_op op, bool lock)
 
 static int refuse_unjournaled(const char *p, int err);
 
-static int capture_remove(const char *p)
+/* FILE_ONLY: an unlink (not rmdir): a regular file is journaled and
+ * removed in one step (jcap_unlink), and the call is then done. */
+static int capture_remove(const char *p, bool file_only)
 {
 	struct jseg *g;
 	int err;
@@ -166,10 +168,17 @@ static int capture_remove(const char *p)
 	if (untracked(p))
 		return 0;
 	err = shim_segment(&g);
-	if (!err) {
-		lock_paths(g, p, NULL);
-		err = jcap_remove(g, shim_txn(), p);
+	if (err)
+		return refuse_unjournaled(p, err);
+	lock_paths(g, p, NULL);
+	if (file_only) {
+		err = jcap_unlink(g, shim_txn(), p);
+		if (err == 1)
+			return PRE_DONE;
+		if (err < 0)
+			return -err;    /* the unlink's own error: no refusal line */
 	}
+	err = jcap_remove(g, shim_txn(), p);
 	return err ? refuse_unjournaled(p, err) : 0;
 }
 
@@ -269,7 +278,7 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 		bump_namespace();
 	if ((err = off_limits_change("remove", p)))
 		return err;
-	return capture_remove(p);
+	return capture_remove(p, !(flags & AT_REMOVEDIR));
 }
 
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags)
@@ -381,6 +390,11 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		if (!hook_enter(&c))               \
 			return REAL(name) args;    \
 		err = (pre);                       \
+		if (err == PRE_DONE) {             \
+			shim_unlock();             \
+			hook_leave(&c);            \
+			return (ret)0;             \
+		}                                  \
 		if (err) {                         \
 			shim_unlock();             \
 			hook_refuse(&c, err);      \

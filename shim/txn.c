@@ -141,14 +141,32 @@ static bool not_a_tool_call(char *const argv[])
 	return false;
 }
 
+/* The slots of the seq page (format.h) where a child that is not a tool
+ * call leaves the transaction it was given, so that the root, reaping it,
+ * neither ends nor rewinds a transaction that never was. */
+#define RELEASED_SLOTS 896
+static uint32_t *released(void)
+{
+	return (uint32_t *)((char *)shim.s.ctr + 512);
+}
+
 /* An exec in a fresh tool-call child that turns out to be the agent's own
  * machinery: move it out of the transaction. */
 HIDDEN void txn_exec(char *const argv[])
 {
 	if (shim.txn_fresh && not_a_tool_call(argv)) {
+		if (shim.session_open || shim_segment(&(struct jseg *){ NULL }) == 0)
+			__atomic_store_n(&released()[shim.txn % RELEASED_SLOTS], shim.txn, __ATOMIC_RELEASE);
 		shim.txn = 0;
 		shim.txn_fresh = false;
 	}
+}
+
+static bool was_released(uint32_t t)
+{
+	uint32_t *slot = &released()[t % RELEASED_SLOTS];
+
+	return __atomic_compare_exchange_n(slot, &t, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
 /* The transaction a child about to be started by posix_spawn or system
@@ -250,7 +268,7 @@ static void reaped(pid_t pid, int status)
 	if (!shim.root || pid <= 0 || (!WIFEXITED(status) && !WIFSIGNALED(status)))
 		return;
 	t = child_take(pid);
-	if (!t)
+	if (!t || was_released(t))
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, t, pid, status, true);

@@ -1,0 +1,218 @@
+/*
+ * run.c - `ftsbx run`: start a command as a session under the shim.
+ *
+ *   ftsbx run [--policy FILE] [--journal DIR] [--on-failure rewind|keep]
+ *             [--rewind-failed-calls] -- CMD...
+ *
+ * CMD runs with LD_PRELOAD=libftsbx.so and a fresh session (it is the
+ * session's root; every process it starts is a tool call). Its exit status
+ * is passed through (128+N for death by signal N). With --on-failure
+ * rewind a failed CMD has the whole session rewound; with
+ * --rewind-failed-calls each failed tool call is rewound inside the run,
+ * before CMD sees it (FTSBX_ON_FAILURE=rewind). ftsbx itself is not
+ * wrapped: it prints one summary line on stderr (changes, tool calls,
+ * refusals, rewinds, where the journal is) and stores the chain heads of the
+ * journal's segments beside it (DIR.heads), out of the session's reach.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "../journal/journal.h"
+#include "run.h"
+
+extern char **environ;
+
+static int run_usage(void)
+{
+	fputs("usage: ftsbx run [--policy FILE] [--journal DIR] [--on-failure rewind|keep]\n"
+	      "                 [--rewind-failed-calls] -- CMD...\n", stderr);
+	return 2;
+}
+
+/* Beside this program: build/ftsbx next to build/libftsbx.so and txreplay. */
+static void sibling(char *out, size_t n, const char *name)
+{
+	char self[PATH_MAX];
+	ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+
+	self[k > 0 ? k : 0] = 0;
+	slash = strrchr(self, '/');
+	if (slash)
+		*slash = 0;
+	if ((size_t)snprintf(out, n, "%s/%s", k > 0 ? self : ".", name) >= n)
+		out[0] = 0;
+}
+
+static void default_journal(char *out, size_t n)
+{
+	const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	char stamp[32];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", gmtime_r(&t, &tm));
+	if (state && *state == '/')
+		snprintf(out, n, "%s/ftsbx/sessions/%s-%d", state, stamp, (int)getpid());
+	else
+		snprintf(out, n, "%s/.local/state/ftsbx/sessions/%s-%d", home && *home ? home : "/tmp", stamp,
+			 (int)getpid());
+}
+
+static int set(const char *k, const char *v)
+{
+	if (setenv(k, v, 1) < 0) {
+		fprintf(stderr, "ftsbx: cannot set %s: %s\n", k, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The environment of the session's root. */
+static int prepare_env(const char *lib, const char *journal, const char *policy, bool calls)
+{
+	const char *pre = getenv("LD_PRELOAD");
+	char buf[PATH_MAX * 2];
+
+	unsetenv("FTSBX_TXN");
+	unsetenv("FTSBX_ROOT");
+	snprintf(buf, sizeof(buf), "%s%s%s", lib, pre && *pre ? " " : "", pre ? pre : "");
+	if (set("LD_PRELOAD", buf) || set("FTSBX_JOURNAL", journal))
+		return -1;
+	if (policy && set("FTSBX_POLICY", policy))
+		return -1;
+	if (calls && set("FTSBX_ON_FAILURE", "rewind"))
+		return -1;
+	return 0;
+}
+
+struct tally { size_t changes, refused, calls, rewound; };
+
+static void count(const struct jreader *r, struct tally *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (size_t i = 0; i < r->nrec; i++) {
+		const struct jrecord *c = &r->rec[i];
+		if (c->type >= J_CREATE && c->type <= J_META && !(c->flags & JR_WEAK))
+			t->changes++;
+		else if (c->type == J_REFUSE)
+			t->refused++;
+		else if (c->type == J_TXN_END)
+			t->calls++;
+		else if (c->type == J_REWOUND)
+			t->rewound++;
+	}
+}
+
+static void store_heads(const struct jreader *r, const char *journal)
+{
+	char path[PATH_MAX + 8];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s.heads", journal);
+	f = fopen(path, "w");
+	if (!f) {
+		fprintf(stderr, "ftsbx: cannot store the chain heads in '%s': %s\n", path, strerror(errno));
+		return;
+	}
+	for (size_t i = 0; i < r->nheads; i++)
+		fprintf(f, "%s\n", r->heads[i]);
+	fclose(f);
+}
+
+static int rewind_all(const char *journal)
+{
+	char tx[PATH_MAX];
+	int st;
+	pid_t pid;
+
+	sibling(tx, sizeof(tx), "txreplay");
+	pid = fork();
+	if (pid == 0) {
+		execl(tx, tx, "rewind", journal, (char *)NULL);
+		fprintf(stderr, "ftsbx: cannot run '%s': %s\n", tx, strerror(errno));
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	char lib[PATH_MAX], journal[PATH_MAX], err[512];
+	const char *policy = NULL, *jarg = NULL, *onfail = "keep";
+	bool calls = false;
+	struct jreader r;
+	struct tally t;
+	int i, status, code;
+	pid_t pid;
+
+	for (i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+		if (!strcmp(argv[i], "--policy") && i + 1 < argc)
+			policy = argv[++i];
+		else if (!strcmp(argv[i], "--journal") && i + 1 < argc)
+			jarg = argv[++i];
+		else if (!strcmp(argv[i], "--on-failure") && i + 1 < argc)
+			onfail = argv[++i];
+		else if (!strcmp(argv[i], "--rewind-failed-calls"))
+			calls = true;
+		else
+			return run_usage();
+	}
+	if (i + 1 >= argc || (strcmp(onfail, "rewind") && strcmp(onfail, "keep")))
+		return run_usage();
+	if (jarg && jarg[0] == '/') {
+		snprintf(journal, sizeof(journal), "%s", jarg);
+	} else if (jarg) {
+		char cwd[PATH_MAX];
+		if (!getcwd(cwd, sizeof(cwd)) ||
+		    (size_t)snprintf(journal, sizeof(journal), "%s/%s", cwd, jarg) >= sizeof(journal)) {
+			fprintf(stderr, "ftsbx: the journal path is too long\n");
+			return 1;
+		}
+	} else {
+		default_journal(journal, sizeof(journal));
+	}
+	sibling(lib, sizeof(lib), "libftsbx.so");
+	if (getenv("FTSBX_LIB"))
+		snprintf(lib, sizeof(lib), "%s", getenv("FTSBX_LIB"));
+	if (access(lib, R_OK) < 0) {
+		fprintf(stderr, "ftsbx: cannot find the shim '%s': %s\n", lib, strerror(errno));
+		return 1;
+	}
+	if (prepare_env(lib, journal, policy, calls))
+		return 1;
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "ftsbx: cannot fork: %s\n", strerror(errno));
+		return 1;
+	}
+	if (pid == 0) {
+		execvp(argv[i + 1], argv + i + 1);
+		fprintf(stderr, "ftsbx: cannot run '%s': %s\n", argv[i + 1], strerror(errno));
+		_exit(127);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return 1;
+	code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	if (code && !strcmp(onfail, "rewind"))
+		rewind_all(journal);
+	if (jreader_open(&r, journal, err, sizeof(err))) {
+		fprintf(stderr, "ftsbx: exit %d; no journal at '%s' (%s)\n", code, journal, err);
+		return code;
+	}
+	count(&r, &t);
+	store_heads(&r, journal);
+	fprintf(stderr, "ftsbx: exit %d; %zu changes in %zu tool calls, %zu refused, %zu rewound; journal %s\n",
+		code, t.changes, t.calls, t.refused, t.rewound, journal);
+	jreader_close(&r);
+	return code;
+}
