@@ -1,0 +1,425 @@
+/*
+ * decide.c - the block (hash, checks, accessors) and the decisions on
+ * paths, signals and connect(). Everything here runs inside hooks: no
+ * allocation, no stdio, no locks; a path check is a few binary searches in
+ * sorted prefix tables and a glob only for the rules that have wildcards.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include "internal.h"
+
+uint64_t pol_fnv(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < n; i++) {
+		/* the hash field itself counts as zero */
+		unsigned char v = i >= offsetof(struct pol_hdr, hash) && i < offsetof(struct pol_hdr, hash) + 8 ? 0 : c[i];
+		h = (h ^ v) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* --- the block ---------------------------------------------------------------- */
+
+void policy_blob(const struct policy *pol, const void **p, size_t *n)
+{
+	*p = pol->b;
+	*n = pol->n;
+}
+
+static bool str_ok(const struct pol_hdr *h, uint32_t off)
+{
+	return off == 0 || (off >= h->str_off && off - h->str_off < h->str_len);
+}
+
+static bool entries_ok(const struct pol_hdr *h, int t, const char *base)
+{
+	const struct pol_span *s = &h->tab[t];
+
+	for (uint32_t i = 0; i < s->n; i++) {
+		const char *e = base + s->off;
+		bool ok;
+		if (t < PT_GLOB0) {
+			const struct pol_prefix *x = (const void *)e + i * sizeof(*x);
+			ok = str_ok(h, x->path) && str_ok(h, x->rule) && x->path &&
+			     x->len == strlen(base + x->path);
+		} else if (t < PT_DENY) {
+			const struct pol_glob *x = (const void *)e + i * sizeof(*x);
+			ok = x->pat && str_ok(h, x->pat) && str_ok(h, x->rule) &&
+			     x->litlen <= strlen(base + x->pat);
+		} else if (t <= PT_EXEMPT) {
+			const struct pol_erule *x = (const void *)e + i * sizeof(*x);
+			ok = x->prog && str_ok(h, x->prog) && str_ok(h, x->rule) &&
+			     x->tok <= h->tab[PT_TOKEN].n && x->ntok <= h->tab[PT_TOKEN].n - x->tok;
+		} else if (t == PT_TOKEN) {
+			const struct pol_etok *x = (const void *)e + i * sizeof(*x);
+			ok = x->pat && str_ok(h, x->pat) && x->kind <= ET_EXACT;
+		} else {
+			const struct pol_net *x = (const void *)e + i * sizeof(*x);
+			ok = str_ok(h, x->path) && str_ok(h, x->rule) && x->family <= NF_UNIX &&
+			     (x->family != NF_UNIX || x->path) && x->plen <= 128;
+		}
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+int policy_from_blob(struct policy *pol, const void *p, size_t n)
+{
+	const struct pol_hdr *h = p;
+
+	if (n < sizeof(*h) || ((uintptr_t)p & 7) || h->magic != POL_MAGIC || h->version != POL_VERSION ||
+	    h->size != n || h->hash != pol_fnv(p, n))
+		return -EINVAL;
+	if (h->str_off != sizeof(*h) || h->str_len == 0 || h->str_len > n - sizeof(*h) ||
+	    ((const char *)p)[h->str_off + h->str_len - 1] != 0)
+		return -EINVAL;
+	for (int t = 0; t < PT_COUNT; t++) {
+		const struct pol_span *s = &h->tab[t];
+		if (s->off % 4 || s->off > n || (n - s->off) / pol_esize[t] < s->n)
+			return -EINVAL;
+	}
+	for (int t = 0; t < PT_COUNT; t++)
+		if (!entries_ok(h, t, p))
+			return -EINVAL;
+	if (!str_ok(h, h->workspace) || !str_ok(h, h->source) || !str_ok(h, h->fetchers) ||
+	    !str_ok(h, h->interpreters) || h->mode > PM_OFF || h->landlock > PL_REQUIRE)
+		return -EINVAL;
+	memset(pol, 0, sizeof(*pol));
+	pol->b = h;
+	pol->n = n;
+	return 0;
+}
+
+uint64_t policy_hash(const struct policy *pol)
+{
+	return pol->b->hash;
+}
+
+void policy_set_journal(struct policy *pol, const char *dir)
+{
+	size_t n = dir ? strlen(dir) : 0;
+
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	if (n >= sizeof(pol->journal))
+		n = 0;
+	memcpy(pol->journal, dir ? dir : "", n);
+	pol->journal[n] = 0;
+	pol->journal_len = n;
+}
+
+/* --- settings ------------------------------------------------------------------ */
+
+enum pmode policy_mode(const struct policy *pol) { return (enum pmode)pol->b->mode; }
+enum pdurability policy_durability(const struct policy *pol) { return (enum pdurability)pol->b->durability; }
+enum plandlock policy_landlock(const struct policy *pol) { return (enum plandlock)pol->b->landlock; }
+unsigned policy_rewind_on(const struct policy *pol) { return pol->b->rewind_on; }
+bool policy_net_record(const struct policy *pol) { return pol->b->net_record; }
+const char *policy_workspace(const struct policy *pol) { return pol_str(pol, pol->b->workspace); }
+const char *policy_source(const struct policy *pol) { return pol_str(pol, pol->b->source); }
+
+enum popaque policy_opaque(const struct policy *pol, enum popaque_kind kind)
+{
+	return kind < PO_KINDS && pol->b->opaque[kind] == PO_WARN ? PO_WARN : PO_REFUSE;
+}
+
+const char *policy_root(const struct policy *pol, size_t i)
+{
+	for (int k = PK_WRITABLE; k >= PK_UNTRACKED; k--) {
+		uint32_t n = pol->b->tab[PT_PREFIX0 + k].n;
+		if (i < n)
+			return pol_str(pol, POL_TAB(pol, PT_PREFIX0 + k, struct pol_prefix)[i].path);
+		i -= n;
+	}
+	return NULL;
+}
+
+bool policy_rewind_exempt(const struct policy *pol, char *const argv[])
+{
+	const char *why;
+
+	return argv && argv[0] && pol_rules_match(pol, PT_EXEMPT, NULL, argv, &why);
+}
+
+/* --- paths --------------------------------------------------------------------- */
+
+/* Is P[0..N) a path in the sorted prefix table of KIND? */
+static const struct pol_prefix *find_prefix(const struct policy *pol, int kind, const char *p, size_t n)
+{
+	const struct pol_prefix *t = POL_TAB(pol, PT_PREFIX0 + kind, struct pol_prefix);
+	size_t lo = 0, hi = pol->b->tab[PT_PREFIX0 + kind].n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const char *s = pol_str(pol, t[mid].path);
+		size_t m = t[mid].len < n ? t[mid].len : n;
+		int c = memcmp(s, p, m);
+		if (!c)
+			c = t[mid].len < n ? -1 : t[mid].len > n;
+		if (!c)
+			return &t[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* The rule of the first prefix of KIND that is P or one of its ancestors. */
+static const char *prefix_rule(const struct policy *pol, int kind, const char *p, size_t n)
+{
+	const struct pol_prefix *e;
+
+	if (!pol->b->tab[PT_PREFIX0 + kind].n)
+		return NULL;
+	const uint64_t *bloom = pol->b->bloom[kind];
+	uint32_t h = POL_PHASH0;
+
+	/* each ancestor P[0..i) (and "/") is looked up only if the filter
+	 * has its hash */
+	for (size_t i = 0; i < n; i++) {
+		h = pol_phash(h, (unsigned char)p[i]);
+		if ((i == 0 || i + 1 == n || p[i + 1] == '/') && pol_bit(bloom, h % POL_BLOOM_BITS) &&
+		    (e = find_prefix(pol, kind, p, i + 1)))
+			return pol_str(pol, e->rule);
+	}
+	return NULL;
+}
+
+/* The end of NCOMP components of P starting at S, or NULL. */
+static const char *comps_end(const char *s, unsigned ncomp)
+{
+	while (ncomp--) {
+		s = strchrnul(s, '/');
+		if (ncomp && !*s)
+			return NULL;
+		if (ncomp)
+			s++;
+	}
+	return s;
+}
+
+static bool glob_at(const struct policy *pol, const struct pol_glob *g, const char *s)
+{
+	const char *pat = pol_str(pol, g->pat);
+	const char *e;
+
+	if (strncmp(s, pat, g->litlen))
+		return false;
+	e = comps_end(s + g->anchored, g->ncomp);
+	return e && glob_match(pat, s, (size_t)(e - s), true);
+}
+
+/* Floating patterns are tried at each component whose first byte one of
+ * them can start with; anchored ones once. */
+static const char *glob_rule(const struct policy *pol, int kind, const char *p)
+{
+	const struct pol_glob *t = POL_TAB(pol, PT_GLOB0 + kind, struct pol_glob);
+	const uint64_t *first = pol->b->firstbits[kind];
+	uint32_t n = pol->b->tab[PT_GLOB0 + kind].n;
+
+	if (!n)
+		return NULL;
+	for (uint32_t i = 0; i < n; i++)
+		if (t[i].anchored && glob_at(pol, &t[i], p))
+			return pol_str(pol, t[i].rule);
+	for (const char *s = strchr(p, '/'); s; s = strchr(s, '/')) {
+		s++;
+		if (!*s || !pol_bit(first, (unsigned char)*s))
+			continue;
+		for (uint32_t i = 0; i < n; i++)
+			if (!t[i].anchored && glob_at(pol, &t[i], s))
+				return pol_str(pol, t[i].rule);
+	}
+	return NULL;
+}
+
+static const char *path_rule(const struct policy *pol, int kind, const char *p, size_t n)
+{
+	const char *r = prefix_rule(pol, kind, p, n);
+
+	return r ? r : glob_rule(pol, kind, p);
+}
+
+static bool under(const char *p, size_t n, const char *dir, size_t dn)
+{
+	return n >= dn && !memcmp(p, dir, dn) && (n == dn || p[dn] == '/' || dn == 1);
+}
+
+enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool write, mode_t type,
+				const char **why)
+{
+	size_t n = strlen(abs);
+	const char *r;
+
+	*why = NULL;
+	if (pol->journal_len && under(abs, n, pol->journal, pol->journal_len)) {
+		*why = "the journal directory is off limits";
+		return PV_DENY;
+	}
+	if ((r = path_rule(pol, PK_HIDDEN, abs, n))) {
+		*why = r;
+		return PV_DENY;
+	}
+	if (!write)
+		return PV_ALLOW;
+	if ((r = path_rule(pol, PK_PROTECTED, abs, n))) {
+		*why = r;
+		return PV_DENY;
+	}
+	if (!type && (under(abs, n, "/dev", 4) || under(abs, n, "/proc", 5))) {
+		struct stat st;
+		if (stat(abs, &st) == 0)
+			type = st.st_mode & S_IFMT;
+	}
+	if (type == S_IFBLK) {
+		*why = "writing a block device";
+		return PV_DENY;
+	}
+	if ((r = path_rule(pol, PK_UNTRACKED, abs, n))) {
+		*why = r;
+		return PV_UNTRACKED;
+	}
+	if ((r = path_rule(pol, PK_WRITABLE, abs, n))) {
+		*why = r;
+		return PV_ALLOW;
+	}
+	if ((type == S_IFCHR || type == S_IFIFO || type == S_IFSOCK) &&
+	    (under(abs, n, "/dev", 4) || under(abs, n, "/proc", 5))) {
+		*why = "a character device, fifo or socket";
+		return PV_UNTRACKED;
+	}
+	*why = "outside the writable roots";
+	return PV_DENY;
+}
+
+enum pverdict policy_path(const struct policy *pol, const char *abs, bool write, const char **why)
+{
+	return policy_path_typed(pol, abs, write, 0, why);
+}
+
+/* --- signals ------------------------------------------------------------------- */
+
+enum pverdict policy_signal(const struct policy *pol, pid_t target, int sig, bool in_session,
+			    const char **why)
+{
+	*why = NULL;
+	if (sig == 0)
+		return PV_ALLOW;
+	if (target == -1) {
+		*why = "a signal to every process (pid -1)";
+		return PV_DENY;
+	}
+	if (!pol->b->signals || in_session)
+		return PV_ALLOW;
+	*why = "[policy] signals = session: the target is outside the session";
+	return PV_DENY;
+}
+
+/* --- connect ------------------------------------------------------------------- */
+
+static bool prefix_bits(const uint8_t *a, const uint8_t *b, unsigned bits)
+{
+	unsigned bytes = bits / 8, rest = bits % 8;
+
+	if (memcmp(a, b, bytes))
+		return false;
+	return !rest || ((a[bytes] ^ b[bytes]) & (0xff00 >> rest) & 0xff) == 0;
+}
+
+struct dest {
+	int family;             /* NF_* */
+	uint8_t addr[16];
+	uint16_t port;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 2];
+	size_t plen;
+};
+
+static bool net_match(const struct policy *pol, const struct pol_net *r, const struct dest *d)
+{
+	if (r->port && r->port != d->port)
+		return false;
+	if (r->family == NF_UNIX)
+		return d->family == NF_UNIX && glob_match(pol_str(pol, r->path), d->path, d->plen, false);
+	if (d->family == NF_UNIX)
+		return false;
+	if (r->plen == 0 && r->family == NF_INET6)
+		return true;            /* "*" */
+	return r->family == d->family && prefix_bits(r->addr, d->addr, r->plen);
+}
+
+static bool loopback(const struct dest *d)
+{
+	static const uint8_t one6[16] = { [15] = 1 };
+
+	return d->family == NF_UNIX || (d->family == NF_INET && d->addr[0] == 127) ||
+	       (d->family == NF_INET6 && !memcmp(d->addr, one6, 16));
+}
+
+static bool get_dest(const struct sockaddr *sa, socklen_t len, struct dest *d)
+{
+	memset(d, 0, sizeof(*d));
+	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *in = (const void *)sa;
+		d->family = NF_INET;
+		memcpy(d->addr, &in->sin_addr, 4);
+		d->port = ntohs(in->sin_port);
+	} else if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *in = (const void *)sa;
+		d->port = ntohs(in->sin6_port);
+		if (IN6_IS_ADDR_V4MAPPED(&in->sin6_addr)) {
+			d->family = NF_INET;
+			memcpy(d->addr, in->sin6_addr.s6_addr + 12, 4);
+		} else {
+			d->family = NF_INET6;
+			memcpy(d->addr, &in->sin6_addr, 16);
+		}
+	} else if (sa->sa_family == AF_UNIX && len > offsetof(struct sockaddr_un, sun_path)) {
+		const struct sockaddr_un *un = (const void *)sa;
+		size_t n = len - offsetof(struct sockaddr_un, sun_path);
+		if (n > sizeof(un->sun_path))
+			n = sizeof(un->sun_path);
+		d->family = NF_UNIX;
+		if (un->sun_path[0] == 0) {             /* abstract: "@name" */
+			d->path[0] = '@';
+			memcpy(d->path + 1, un->sun_path + 1, n - 1);
+			d->plen = n;
+		} else {
+			d->plen = strnlen(un->sun_path, n);
+			memcpy(d->path, un->sun_path, d->plen);
+		}
+	} else {
+		return false;
+	}
+	return true;
+}
+
+enum pverdict policy_connect(const struct policy *pol, const struct sockaddr *sa, socklen_t len,
+			     const char **why)
+{
+	const struct pol_net *t = POL_TAB(pol, PT_NET, struct pol_net);
+	struct dest d;
+
+	*why = NULL;
+	if (!sa || !get_dest(sa, len, &d))
+		return PV_ALLOW;        /* AF_UNSPEC, netlink ...: not a destination */
+	for (uint32_t i = 0; i < pol->b->tab[PT_NET].n; i++)
+		if (net_match(pol, &t[i], &d)) {
+			*why = pol_str(pol, t[i].rule);
+			return t[i].action == NA_DENY ? PV_DENY : PV_ALLOW;
+		}
+	if (pol->b->net_default == ND_DENY || (pol->b->net_default == ND_LOOPBACK && !loopback(&d))) {
+		*why = pol->b->net_default == ND_DENY ? "[network] default = deny" :
+			"[network] default = loopback: not a loopback address";
+		return PV_DENY;
+	}
+	return PV_ALLOW;
+}

@@ -1,0 +1,515 @@
+/*
+ * exec.c - the decision on starting a program. The program is resolved as
+ * execvp would (through PATH) and its symlinks followed, so a rule on
+ * "mke2fs" also catches mkfs.ext4 and a link named "build"; wrappers (env,
+ * nice, timeout, xargs, ld.so, busybox ...) are peeled off one by one, the
+ * [commands] rules checked at every level, and an sh -c string is handed to
+ * shell.c. No allocation: paths live in stack buffers.
+ *
+ * A rule is PROGRAM TOKEN...: PROGRAM is "alt|alt" globs on the program's
+ * names (any alternative with a '/' is matched on the resolved path);
+ * every flag token must be present in any order or spelling (-r, a -rf
+ * group, --recursive, --recursive=x, an abbreviation such as --recur);
+ * argument tokens must match the program's operands in order (not
+ * necessarily adjacent); an =TOKEN matches any one argument, options
+ * included (kill =-1).
+ */
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "internal.h"
+
+#define MAX_DEPTH 8
+
+struct prog {
+	const char *names[4];
+	size_t lens[4];
+	int nnames;
+	uint64_t first[4];      /* the first bytes of the names, a bitmap */
+	char path[PATH_MAX];    /* as resolved through PATH ("" if not found) */
+	char final[PATH_MAX];   /* after following symlinks */
+};
+
+const char *pol_base(const char *p)
+{
+	const char *s = strrchr(p, '/');
+
+	return s ? s + 1 : p;
+}
+
+static bool executable(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
+}
+
+/* Search PATH_VALUE for FILE, as execvp does; "" if not found. */
+static void search_path(char out[PATH_MAX], const char *file, const char *path_value)
+{
+	size_t fn = strlen(file);
+
+	out[0] = 0;
+	if (!path_value)
+		path_value = "/usr/local/bin:/usr/bin:/bin";
+	for (const char *d = path_value; d; d = strchr(d, ':') ? strchr(d, ':') + 1 : NULL) {
+		size_t dn = strcspn(d, ":");
+		if (dn + fn + 2 > PATH_MAX)
+			continue;
+		if (dn)
+			memcpy(out, d, dn);
+		else
+			out[dn++] = '.';
+		out[dn] = '/';
+		memcpy(out + dn + 1, file, fn + 1);
+		if (executable(out))
+			return;
+	}
+	out[0] = 0;
+}
+
+/* Follow the symlinks of P (at most 8) into OUT. */
+static void follow(char out[PATH_MAX], const char *p)
+{
+	char t[PATH_MAX];
+
+	size_t pn = strnlen(p, PATH_MAX - 1);
+
+	memcpy(out, p, pn);
+	out[pn] = 0;
+	for (int hops = 0; hops < 8; hops++) {
+		ssize_t n = readlink(out, t, sizeof(t) - 1);
+		if (n <= 0)
+			return;
+		t[n] = 0;
+		if (t[0] == '/') {
+			memcpy(out, t, (size_t)n + 1);
+			continue;
+		}
+		char *slash = strrchr(out, '/');
+		size_t dn = slash ? (size_t)(slash - out) + 1 : 0;
+		if (dn + (size_t)n + 1 > PATH_MAX)
+			return;
+		memcpy(out + dn, t, (size_t)n + 1);
+	}
+}
+
+static void add_name(struct prog *pg, const char *p)
+{
+	const char *b = pol_base(p);
+
+	for (int i = 0; i < pg->nnames; i++)
+		if (!strcmp(pg->names[i], b))
+			return;
+	if (*b && pg->nnames < 4) {
+		pg->lens[pg->nnames] = strlen(b);
+		pg->names[pg->nnames++] = b;
+		pg->first[(unsigned char)*b >> 6] |= 1ull << ((unsigned char)*b & 63);
+	}
+}
+
+static void resolve(struct prog *pg, const char *file, const char *argv0, const char *path_value)
+{
+	pg->nnames = 0;
+	memset(pg->first, 0, sizeof(pg->first));
+	if (!file)
+		file = argv0;
+	if (strchr(file, '/')) {
+		size_t n = strnlen(file, PATH_MAX - 1);
+		memcpy(pg->path, file, n);
+		pg->path[n] = 0;
+	} else
+		search_path(pg->path, file, path_value);
+	follow(pg->final, pg->path[0] ? pg->path : file);
+	add_name(pg, argv0);
+	add_name(pg, file);
+	add_name(pg, pg->path);
+	add_name(pg, pg->final);
+}
+
+static bool has_name(const struct prog *pg, const char *alts)
+{
+	for (int i = 0; i < pg->nnames; i++)
+		if (glob_any(alts, pg->names[i], strlen(pg->names[i]), false))
+			return true;
+	return false;
+}
+
+static bool prog_match(const char *alts, const struct prog *pg)
+{
+	for (const char *a = alts; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL) {
+		unsigned char c = (unsigned char)a[0];
+		/* most alternatives start with a letter no name starts with */
+		if (c != '*' && c != '?' && c != '[' && c != '/' && !(pg->first[c >> 6] >> (c & 63) & 1))
+			continue;
+		size_t n = strcspn(a, "|");
+		if (memchr(a, '/', n)) {
+			if (glob_match(a, pg->path, strlen(pg->path), false) ||
+			    glob_match(a, pg->final, strlen(pg->final), false))
+				return true;
+		} else {
+			for (int i = 0; i < pg->nnames; i++)
+				if (glob_match(a, pg->names[i], pg->lens[i], false))
+					return true;
+		}
+	}
+	return false;
+}
+
+/* --- flags and operands --------------------------------------------------------- */
+
+/* Is the long option ARG ("--name" or "--name=value") the flag ALT? */
+static bool long_is(const char *alt, size_t an, const char *arg)
+{
+	size_t n = strcspn(arg, "=");
+
+	if (glob_match(alt, arg, n, false))
+		return true;
+	/* getopt_long's abbreviations: --recur for --recursive */
+	return n >= 4 && n < an && !glob_has_magic(alt, an) && !memcmp(alt, arg, n);
+}
+
+static bool flag_present(const char *alts, char *const args[], int n)
+{
+	for (const char *a = alts; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL) {
+		size_t an = strcspn(a, "|");
+		for (int i = 0; i < n && strcmp(args[i], "--"); i++) {
+			const char *g = args[i];
+			if (g[0] != '-' || !g[1])
+				continue;
+			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g) : g[1] != '-' && strchr(g + 1, a[1]))
+				return true;
+		}
+	}
+	return false;
+}
+
+static bool rule_match(const struct policy *pol, const struct pol_erule *r, const struct prog *pg,
+		       char *const args[], int n)
+{
+	const struct pol_etok *t = POL_TAB(pol, PT_TOKEN, struct pol_etok) + r->tok;
+	int next = 0;           /* the operand cursor */
+	bool dashdash = false;
+
+	if (!prog_match(pol_str(pol, r->prog), pg))
+		return false;
+	for (uint32_t k = 0; k < r->ntok; k++) {
+		const char *pat = pol_str(pol, t[k].pat);
+		if (t[k].kind == ET_FLAG) {
+			if (!flag_present(pat, args, n))
+				return false;
+			continue;
+		}
+		if (t[k].kind == ET_EXACT) {
+			int i = 0;
+			while (i < n && !glob_any(pat, args[i], strlen(args[i]), false))
+				i++;
+			if (i == n)
+				return false;
+			continue;
+		}
+		for (;; next++) {
+			if (next >= n)
+				return false;
+			const char *g = args[next];
+			if (!dashdash && !strcmp(g, "--")) {
+				dashdash = true;
+				continue;
+			}
+			if (!dashdash && g[0] == '-' && g[1])
+				continue;
+			if (glob_any(pat, g, strlen(g), false)) {
+				next++;
+				break;
+			}
+		}
+	}
+	return true;
+}
+
+static const struct pol_erule *first_rule(const struct policy *pol, int table, const struct prog *pg,
+					  char *const argv[], int argc)
+{
+	const struct pol_erule *r = POL_TAB(pol, table, struct pol_erule);
+
+	for (uint32_t i = 0; i < pol->b->tab[table].n; i++)
+		if (rule_match(pol, &r[i], pg, argv + 1, argc - 1))
+			return &r[i];
+	return NULL;
+}
+
+/* --- wrappers ----------------------------------------------------------------- */
+
+enum { W_ASSIGN = 1, W_DIGITS = 2, W_SPLIT = 4, W_APPLET = 8 };
+
+struct wrapper {
+	const char *names;      /* globs on the program's names */
+	const char *argopts;    /* short options that take a value */
+	const char *longargs;   /* "|name|": long options that take a value */
+	const char *nocmd;      /* short options after which no program follows */
+	unsigned skip;          /* operands before the program (timeout's DURATION) */
+	unsigned flags;
+};
+
+static const struct wrapper wrappers[] = {
+	{ "env", "uCS", "|unset|chdir|split-string|", "", 0, W_ASSIGN | W_SPLIT },
+	{ "nice", "n", "|adjustment|", "", 0, W_DIGITS },
+	{ "nohup", "", "", "", 0, 0 },
+	{ "timeout", "ks", "|kill-after|signal|", "", 1, 0 },
+	{ "stdbuf", "ioe", "|input|output|error|", "", 0, 0 },
+	{ "ionice", "cn", "|class|classdata|", "pPu", 0, 0 },
+	{ "chrt", "TPD", "|sched-runtime|sched-period|sched-deadline|", "pm", 1, 0 },
+	{ "setsid", "", "", "", 0, 0 },
+	{ "xargs", "adEILnPs", "|arg-file|delimiter|eof|replace|max-lines|max-args|max-procs|max-chars|"
+		   "process-slot-var|", "", 0, 0 },
+	{ "time", "fo", "|format|output|", "", 0, 0 },
+	{ "ld.so|ld-linux*.so*|ld-*.so*|ld64.so*", "", "|library-path|inhibit-rpath|audit|preload|argv0|"
+		   "glibc-hwcaps-prefix|glibc-hwcaps-mask|", "", 0, 0 },
+	{ "busybox", "", "", "", 0, W_APPLET },
+};
+
+static bool var_assign(const char *a)
+{
+	const char *eq = strchr(a, '=');
+
+	if (!eq || eq == a)
+		return false;
+	for (const char *c = a; c < eq; c++)
+		if (!(*c == '_' || (*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') ||
+		      (c > a && *c >= '0' && *c <= '9')))
+			return false;
+	return true;
+}
+
+static bool long_takes_value(const char *list, const char *arg)
+{
+	size_t n = strcspn(arg, "=");
+	const char *p = list;
+
+	if (arg[n] == '=')
+		return false;
+	while ((p = strstr(p, arg)))
+		if (p[-1] == '|' && p[n] == '|')
+			return true;
+		else
+			p++;
+	return false;
+}
+
+/* The index of the program W runs in ARGV, or -1; *SPLIT: env -S's string. */
+static int unwrap_with(const struct wrapper *w, char *const argv[], int argc, const char **split)
+{
+	int i = 1;
+
+	if (w->flags & W_APPLET)
+		return argc > 1 && argv[1][0] != '-' ? 1 : -1;
+	while (i < argc) {
+		const char *a = argv[i];
+		if ((w->flags & W_ASSIGN) && (var_assign(a) || !strcmp(a, "-"))) {
+			i++;
+			continue;
+		}
+		if (a[0] != '-' || !a[1])
+			break;
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (a[1] == '-') {
+			if ((w->flags & W_SPLIT) && !strncmp(a, "--split-string", 14))
+				*split = a[14] == '=' ? a + 15 : i + 1 < argc ? argv[i + 1] : NULL;
+			i += long_takes_value(w->longargs, a + 2) ? 2 : 1;
+			continue;
+		}
+		if (!(w->flags & W_DIGITS && a[1] >= '0' && a[1] <= '9')) {
+			for (const char *c = a + 1; *c; c++) {
+				if (strchr(w->nocmd, *c))
+					return -1;
+				if (!strchr(w->argopts, *c))
+					continue;
+				const char *v = c[1] ? c + 1 : i + 1 < argc ? argv[++i] : NULL;
+				if (*c == 'S' && (w->flags & W_SPLIT))
+					*split = v;
+				break;
+			}
+		}
+		i++;
+	}
+	i += (int)w->skip;
+	return i < argc ? i : -1;
+}
+
+static const struct wrapper *find_wrapper(const struct prog *pg, const char *argv0)
+{
+	for (size_t i = 0; i < sizeof(wrappers) / sizeof(wrappers[0]); i++) {
+		const struct wrapper *w = &wrappers[i];
+		/* busybox runs the applet its argv[0] names: only "busybox APPLET" wraps */
+		if (w->flags & W_APPLET ? glob_any(w->names, pol_base(argv0), strlen(pol_base(argv0)), false) :
+		    has_name(pg, w->names))
+			return w;
+	}
+	return NULL;
+}
+
+/* Only for classifying the words of an sh -c string: the names as
+ * written, no system call (the exec of each is resolved when it runs). */
+int pol_unwrap(char *const argv[], int argc, const char **split)
+{
+	struct prog pg;
+	int at = 0;
+
+	*split = NULL;
+	for (int level = 0; level < MAX_DEPTH && at < argc; level++) {
+		const struct wrapper *w;
+		int idx;
+
+		pg.nnames = 0;
+		memset(pg.first, 0, sizeof(pg.first));
+		add_name(&pg, argv[at]);
+		w = find_wrapper(&pg, argv[at]);
+		if (!w)
+			return at;
+		idx = unwrap_with(w, argv + at, argc - at, split);
+		if (idx <= 0)
+			return -1;
+		at += idx;
+	}
+	return at < argc ? at : -1;
+}
+
+/* --- shells ------------------------------------------------------------------- */
+
+static bool is_shell(const struct prog *pg)
+{
+	return has_name(pg, "sh|bash|dash|zsh|ksh|mksh|ash|rbash|yash|posh|ksh93");
+}
+
+/* The string of "sh [OPTIONS] -c STRING ...", or NULL. */
+static const char *shell_string(char *const argv[], int argc)
+{
+	bool c = false;
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--") || !strcmp(a, "-")) {
+			i++;
+			break;
+		}
+		if ((a[0] != '-' && a[0] != '+') || !a[1])
+			break;
+		if (a[1] == '-') {
+			if (!strcmp(a, "--rcfile") || !strcmp(a, "--init-file"))
+				i++;
+			continue;
+		}
+		for (const char *o = a + 1; *o; o++) {
+			if (*o == 'c' && a[0] == '-')
+				c = true;
+			if (*o == 'o' || *o == 'O')
+				i++;
+		}
+	}
+	return c && i < argc ? argv[i] : NULL;
+}
+
+bool pol_is_interpreter(const struct policy *pol, const char *name)
+{
+	const char *list = pol_str(pol, pol->b->interpreters);
+
+	return *list && glob_any(list, name, strlen(name), false);
+}
+
+bool pol_is_fetcher(const struct policy *pol, const char *name)
+{
+	const char *list = pol_str(pol, pol->b->fetchers);
+
+	return *list && glob_any(list, name, strlen(name), false);
+}
+
+/* --- the decision ----------------------------------------------------------- */
+
+static int count(char *const argv[])
+{
+	int n = 0;
+
+	while (argv[n])
+		n++;
+	return n;
+}
+
+bool pol_rules_match(const struct policy *pol, int table, const char *file, char *const argv[], const char **why)
+{
+	int argc = count(argv);
+	struct prog pg;
+
+	for (int level = 0; level < MAX_DEPTH && argc > 0; level++) {
+		const struct pol_erule *r;
+		const struct wrapper *w;
+		const char *split = NULL;
+		int idx;
+
+		resolve(&pg, level ? NULL : file, argv[0], NULL);
+		if ((r = first_rule(pol, table, &pg, argv, argc))) {
+			*why = pol_str(pol, r->rule);
+			return true;
+		}
+		w = find_wrapper(&pg, argv[0]);
+		idx = w ? unwrap_with(w, argv, argc, &split) : -1;
+		if (idx <= 0)
+			break;
+		argv += idx;
+		argc -= idx;
+	}
+	return false;
+}
+
+enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *const argv[],
+			    const char *path_value, int depth, const char **why)
+{
+	int argc = count(argv);
+	struct prog pg;
+
+	*why = NULL;
+	if (depth > MAX_DEPTH) {
+		*why = "commands nested too deeply to check";
+		return PV_DENY;
+	}
+	for (int level = 0; level < MAX_DEPTH && argc > 0; level++) {
+		const struct pol_erule *r;
+		const struct wrapper *w;
+		const char *split = NULL, *s;
+		int idx;
+
+		resolve(&pg, level ? NULL : file, argv[0], path_value);
+		if ((r = first_rule(pol, PT_DENY, &pg, argv, argc))) {
+			*why = pol_str(pol, r->rule);
+			return PV_DENY;
+		}
+		if (is_shell(&pg) && (s = shell_string(argv, argc)) &&
+		    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
+			return PV_DENY;
+		w = find_wrapper(&pg, argv[0]);
+		idx = w ? unwrap_with(w, argv, argc, &split) : -1;
+		if (split && pol_shell(pol, split, strlen(split), path_value, depth + 1, why, NULL) == PV_DENY)
+			return PV_DENY;
+		if (idx <= 0)
+			break;
+		argv += idx;
+		argc -= idx;
+	}
+	return PV_ALLOW;
+}
+
+enum pverdict policy_exec(const struct policy *pol, const char *file, char *const argv[],
+			  const char *path_value, const char **why)
+{
+	static char *const empty[] = { "", NULL };
+
+	if (!argv || !argv[0])
+		argv = file ? empty : NULL;
+	*why = NULL;
+	if (!argv)
+		return PV_ALLOW;
+	return pol_exec_argv(pol, file, argv, path_value, 0, why);
+}

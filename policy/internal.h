@@ -1,0 +1,160 @@
+/*
+ * internal.h - the compiled policy block, shared by the files of policy/.
+ *
+ * One block, little-endian as the host, position-independent: the header,
+ * then arrays of fixed-size entries, then NUL-terminated strings. Every
+ * reference is an offset from the start of the block (0: none). The hash is
+ * FNV-1a 64 over the whole block with the hash field zero. policy_from_blob
+ * checks every offset before the block is used, so the decision code can
+ * trust it.
+ */
+#ifndef FTSBX_POLICY_INTERNAL_H
+#define FTSBX_POLICY_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "policy.h"
+
+#define POL_MAGIC       0x4c4f5046u     /* "FPOL" */
+#define POL_VERSION     1u
+
+/* The path tables: each is a sorted array of literal prefixes and an array
+ * of glob patterns. */
+enum { PK_HIDDEN, PK_PROTECTED, PK_UNTRACKED, PK_WRITABLE, PK_COUNT };
+
+/* The arrays of the block. */
+enum {
+	PT_PREFIX0,                     /* + PK_*: struct pol_prefix, sorted by path */
+	PT_GLOB0 = PT_PREFIX0 + PK_COUNT, /* + PK_*: struct pol_glob */
+	PT_DENY = PT_GLOB0 + PK_COUNT,  /* struct pol_erule: [commands] */
+	PT_EXEMPT,                      /* struct pol_erule: [rewind] except */
+	PT_TOKEN,                       /* struct pol_etok, for both */
+	PT_NET,                         /* struct pol_net, in file order */
+	PT_COUNT
+};
+
+#define POL_BLOOM_BITS  4096
+
+/* The hash of a path prefix, one byte at a time (FNV-1a 32). */
+static inline uint32_t pol_phash(uint32_t h, unsigned char c)
+{
+	return (h ^ c) * 0x01000193u;
+}
+#define POL_PHASH0      0x811c9dc5u
+
+struct pol_span {
+	uint32_t off, n;
+};
+
+struct pol_hdr {
+	uint32_t magic, version;
+	uint64_t size;
+	uint64_t hash;
+	uint8_t mode, durability, landlock, signals;    /* signals: 1 = session only */
+	uint8_t opaque[PO_KINDS];
+	uint8_t net_default, net_record, fetch_run, rewind_on;
+	uint32_t workspace, source;                     /* strings */
+	uint32_t fetchers, interpreters;                /* strings: "a|b|c" */
+	uint32_t str_off, str_len;                      /* the string area */
+	struct pol_span tab[PT_COUNT];
+	/* Filters that keep a path check to a few instructions: a bloom
+	 * filter of the literal prefixes of each kind (one bit per prefix,
+	 * at its pol_phash), and the first bytes of the floating globs (all
+	 * bits set when one starts with a wildcard). */
+	uint64_t bloom[PK_COUNT][POL_BLOOM_BITS / 64];
+	uint64_t firstbits[PK_COUNT][4];
+};
+
+struct pol_prefix {
+	uint32_t path, len, rule;       /* literal absolute path, its length, rule text */
+};
+
+struct pol_glob {
+	uint32_t pat, rule;
+	uint16_t ncomp;                 /* components of the pattern */
+	uint8_t anchored;               /* absolute: matched from the root */
+	uint8_t litlen;                 /* literal bytes before the first wildcard (<= 255) */
+};
+
+struct pol_erule {
+	uint32_t rule, prog;            /* rule text; program alternatives "a|b*" */
+	uint32_t tok, ntok;             /* into PT_TOKEN */
+};
+
+enum { ET_FLAG, ET_ARG, ET_EXACT };   /* -x/--long, an operand, =ANY ARGUMENT */
+struct pol_etok {
+	uint32_t kind, pat;
+};
+
+enum { NA_ALLOW, NA_DENY };
+enum { NF_INET, NF_INET6, NF_UNIX };
+struct pol_net {
+	uint8_t action, family, plen, pad;
+	uint16_t port;                  /* 0: any */
+	uint16_t pad2;
+	uint8_t addr[16];
+	uint32_t path;                  /* NF_UNIX: glob ("@name" for abstract) */
+	uint32_t rule;
+};
+
+enum { ND_ALLOW, ND_DENY, ND_LOOPBACK };
+
+/* The size of one entry of each array. */
+static const size_t pol_esize[PT_COUNT] = {
+	[PT_PREFIX0 ... PT_PREFIX0 + PK_COUNT - 1] = sizeof(struct pol_prefix),
+	[PT_GLOB0 ... PT_GLOB0 + PK_COUNT - 1] = sizeof(struct pol_glob),
+	[PT_DENY] = sizeof(struct pol_erule), [PT_EXEMPT] = sizeof(struct pol_erule),
+	[PT_TOKEN] = sizeof(struct pol_etok), [PT_NET] = sizeof(struct pol_net),
+};
+
+static inline bool pol_bit(const uint64_t *bits, size_t i)
+{
+	return bits[i >> 6] >> (i & 63) & 1;
+}
+
+static inline void pol_setbit(uint64_t *bits, size_t i)
+{
+	bits[i >> 6] |= 1ull << (i & 63);
+}
+
+static inline const void *pol_at(const struct policy *pol, uint32_t off)
+{
+	return (const char *)pol->b + off;
+}
+
+static inline const char *pol_str(const struct policy *pol, uint32_t off)
+{
+	return off ? (const char *)pol->b + off : "";
+}
+
+#define POL_TAB(pol, t, type) ((const type *)pol_at(pol, (pol)->b->tab[t].off))
+
+uint64_t pol_fnv(const void *p, size_t n);
+
+/* glob.c: '*', '?', '[...]' ('!' or '^' negates). SLASH: a wildcard does
+ * not match '/'. N: the length of S. */
+bool glob_match(const char *pat, const char *s, size_t n, bool slash);
+/* PAT is "alt|alt|..."; true if one alternative matches S. */
+bool glob_any(const char *pat, const char *s, size_t n, bool slash);
+bool glob_has_magic(const char *p, size_t n);
+
+/* exec.c */
+enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *const argv[],
+			    const char *path_value, int depth, const char **why);
+bool pol_rules_match(const struct policy *pol, int table, const char *file, char *const argv[],
+		     const char **why);
+bool pol_is_interpreter(const struct policy *pol, const char *name);
+bool pol_is_fetcher(const struct policy *pol, const char *name);
+const char *pol_base(const char *p);
+/* Skip the wrappers at the start of ARGV: the index of the innermost
+ * program, or -1 for none (ionice -p, chrt -p ...); *SPLIT: an env -S
+ * string met on the way. */
+int pol_unwrap(char *const argv[], int argc, const char **split);
+
+/* shell.c: check an sh -c string; *FETCHES (if not NULL): it runs a
+ * fetcher (curl ...), for a $(...) around it. */
+enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len, const char *path_value,
+			int depth, const char **why, bool *fetches);
+
+#endif

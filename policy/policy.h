@@ -1,0 +1,141 @@
+/*
+ * policy.h - the policy engine (issue 6): an INI policy (policies/README.md,
+ * ftsbx-policy(5)) compiled into one flat, position-independent block, and
+ * the decisions the shim asks of it on every file, exec, signal and connect
+ * call of the wrapped program.
+ *
+ * Two halves with different rules:
+ * - Loading (policy_load) parses with inih, expands ~ and $VAR, and may
+ *   allocate: it runs once, in the constructor of a session's first process.
+ *   Its result is one block of bytes (offsets, never pointers; a size and an
+ *   FNV-1a hash) that the first process can write into the session directory
+ *   (policy_blob) and later processes map (policy_from_blob, no allocation).
+ * - Deciding (policy_path, policy_exec, policy_signal, policy_connect and the
+ *   accessors) never allocates, never uses stdio and takes no lock: it reads
+ *   the block only, so it is safe in a vfork child, between fork and exec of a
+ *   threaded parent, and from any thread. Large sh -c strings are scanned in
+ *   an mmap'd buffer, never on the heap.
+ *
+ * The WHY strings a decision returns point into the block or are static
+ * strings: valid as long as the policy is. They name the rule ("[paths]
+ * hidden = ~/.ssh", "[commands] git-push-force = git push -f|--force") or
+ * the built-in reason ("outside the writable roots").
+ *
+ * Mode (enforce, audit, off) is the caller's business: the decisions always
+ * say what the policy refuses; in audit mode the shim records the refusal and
+ * lets the call through, in off mode it does not ask at all.
+ */
+#ifndef FTSBX_POLICY_H
+#define FTSBX_POLICY_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+enum pverdict {
+	PV_ALLOW,       /* allowed (writes: journaled) */
+	PV_UNTRACKED,   /* writes: allowed, not journaled (caches, devices) */
+	PV_DENY,        /* refused: EACCES for paths, EPERM for the rest */
+};
+
+enum pmode { PM_ENFORCE, PM_AUDIT, PM_OFF };
+enum pdurability { PD_PROCESS, PD_POWER };          /* survive a kill / also power loss (fsync) */
+enum plandlock { PL_OFF, PL_AUTO, PL_REQUIRE };     /* auto: on where the kernel has it */
+enum popaque_kind { PO_STATIC, PO_SETUID, PO_GO, PO_LDSO, PO_KINDS };
+enum popaque { PO_REFUSE, PO_WARN };                /* warn: allow, say so, record it */
+
+/* Which failures of a transaction rewind it (a bit mask). */
+#define PR_NONZERO      1u      /* exited with a non-zero status */
+#define PR_SIGNAL       2u      /* killed by a signal */
+#define PR_REFUSAL      4u      /* the policy refused one of its calls */
+
+/*
+ * A loaded or mapped policy. B points to the compiled block; OWNED is the
+ * allocation policy_load made (NULL for a mapped block). The journal
+ * directory is not part of the block (it is known only once the session
+ * exists): policy_set_journal puts it here, and every path under it is
+ * refused, reads and writes alike.
+ */
+struct policy {
+	const struct pol_hdr *b;
+	size_t n;
+	void *owned;
+	char journal[PATH_MAX];
+	size_t journal_len;
+};
+
+/* Load FILE (NULL: the built-in default, policies/default.ini). 0, or -1 with
+ * "FILE:LINE: what is wrong" (or "FILE: why" for an unreadable file) in ERR.
+ * The workspace is FTSBX_WORKSPACE or, unset, the current directory. */
+int policy_load(struct policy **out, const char *file, char *err, size_t errlen);
+/* The same from LEN bytes of TEXT, named NAME in messages. */
+int policy_load_text(struct policy **out, const char *name, const char *text, size_t len, char *err,
+		     size_t errlen);
+void policy_free(struct policy *pol);
+
+/* The compiled block, to be written out as is. */
+void policy_blob(const struct policy *pol, const void **p, size_t *n);
+/* Use a block of N bytes at P (mapped; it must stay mapped) as the policy
+ * POL. Checks magic, version, size, hash and every offset: 0 or -EINVAL.
+ * No allocation. */
+int policy_from_blob(struct policy *pol, const void *p, size_t n);
+uint64_t policy_hash(const struct policy *pol);
+void policy_set_journal(struct policy *pol, const char *dir);
+
+/* Settings. */
+enum pmode policy_mode(const struct policy *pol);
+enum pdurability policy_durability(const struct policy *pol);
+enum plandlock policy_landlock(const struct policy *pol);
+enum popaque policy_opaque(const struct policy *pol, enum popaque_kind kind);
+unsigned policy_rewind_on(const struct policy *pol);            /* PR_* bits */
+/* True when a failure of ARGV does not count for rewind-on-failure (the
+ * [rewind] except rules: test runners, whose failing is their job). */
+bool policy_rewind_exempt(const struct policy *pol, char *const argv[]);
+bool policy_net_record(const struct policy *pol);               /* record every connect */
+const char *policy_workspace(const struct policy *pol);
+const char *policy_source(const struct policy *pol);            /* the file, or "<built-in>" */
+/* The I-th writable root (untracked ones too: what Landlock must allow),
+ * NULL past the last. Only literal absolute roots are listed. */
+const char *policy_root(const struct policy *pol, size_t i);
+
+/*
+ * ABS is an absolute, normalised path (no "//", ".", ".."; symlinks already
+ * resolved by the caller where it matters). Reads: refused under hidden
+ * paths and the journal directory. Writes (anything that creates, changes or
+ * removes): refused under hidden or protected paths, on block devices and
+ * outside the writable roots; untracked paths and character devices, fifos
+ * and sockets (/dev/null, the terminals under /dev/pts) are PV_UNTRACKED.
+ *
+ * TYPE is the file type (st_mode & S_IFMT) if the caller knows it, 0 if not;
+ * policy_path passes 0 and then stats only paths under /dev and /proc.
+ */
+enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool write, mode_t type,
+				const char **why);
+enum pverdict policy_path(const struct policy *pol, const char *abs, bool write, const char **why);
+
+/*
+ * An exec of FILE (the program execve is given; NULL: ARGV[0], resolved
+ * through PATH_VALUE as execvp would) with ARGV. Wrappers (env, nice,
+ * nohup, timeout, stdbuf, ionice, chrt, setsid, xargs, time, ld.so,
+ * busybox) are seen through; the [commands] rules match the program and its
+ * arguments; sh -c / bash -c strings are split into simple commands, each
+ * checked the same way, and scanned for fetch-and-run pipelines. PV_ALLOW or
+ * PV_DENY. No allocation; a few stat/readlink calls to resolve the program.
+ */
+enum pverdict policy_exec(const struct policy *pol, const char *file, char *const argv[],
+			  const char *path_value, const char **why);
+
+/* A signal SIG to TARGET (kill's pid argument: > 0 a process, 0 or < -1 a
+ * process group, -1 every process). IN_SESSION: the caller found every
+ * process it reaches inside the session. Signal 0 (a probe) is allowed. */
+enum pverdict policy_signal(const struct policy *pol, pid_t target, int sig, bool in_session,
+			    const char **why);
+
+/* A connect() to SA. */
+enum pverdict policy_connect(const struct policy *pol, const struct sockaddr *sa, socklen_t len,
+			     const char **why);
+
+#endif

@@ -1,0 +1,743 @@
+/*
+ * policy_unit.c - the policy engine's unit tests (cmocka): every key of the
+ * language and its effect on a decision, every error with its line number,
+ * the compiled block (round trip, damage refused), the exec matcher (flag
+ * spellings, wrappers, PATH and symlinks, sh -c strings, fetch-and-run),
+ * and the cost of the hot path. Policies are written to files under a
+ * mktemp -d directory that the tests remove.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <cmocka.h>
+#include "../policy/policy.h"
+
+static char dir[] = "/tmp/ftsbx-policy-unit-XXXXXX";
+static char file[PATH_MAX];
+static char err[1024];
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Load TEXT as a policy file; NULL (with err set) on failure. */
+static struct policy *load(const char *text)
+{
+	struct policy *pol = NULL;
+
+	write_file(file, text);
+	err[0] = 0;
+	if (policy_load(&pol, file, err, sizeof(err)))
+		return NULL;
+	return pol;
+}
+
+/* TEXT fails at LINE with a message containing WHAT. */
+static void fails(const char *text, int line, const char *what)
+{
+	char want[PATH_MAX + 32];
+
+	assert_null(load(text));
+	snprintf(want, sizeof(want), "%s:%d: ", file, line);
+	if (strncmp(err, want, strlen(want)) || !strstr(err, what))
+		fail_msg("policy %s\nerror:    %s\nexpected: %s... %s", text, err, want, what);
+}
+
+static enum pverdict ex(const struct policy *pol, const char *const *argv)
+{
+	const char *why;
+
+	return policy_exec(pol, NULL, (char *const *)argv, "/usr/bin:/bin", &why);
+}
+
+#define EXEC(pol, ...) ex(pol, (const char *const[]){ __VA_ARGS__, NULL })
+
+static enum pverdict sh(const struct policy *pol, const char *script)
+{
+	return EXEC(pol, "bash", "-c", script);
+}
+
+static enum pverdict path(const struct policy *pol, const char *p, bool write)
+{
+	const char *why;
+
+	return policy_path(pol, p, write, &why);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(file, sizeof(file), "%s/p.ini", dir);
+	setenv("HOME", "/home/u", 1);
+	setenv("FTSBX_WORKSPACE", "/w/ws", 1);
+	setenv("TMPDIR", "/w/tmp", 1);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[PATH_MAX + 16];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd);
+}
+
+/* --- errors, each with its line -------------------------------------------------------- */
+
+static void test_error_unknown_section(void **state)
+{
+	(void)state;
+	fails("[policy]\nmode = audit\n\n[bogus]\n", 4, "unknown section [bogus]");
+}
+
+static void test_error_unknown_key(void **state)
+{
+	(void)state;
+	fails("[policy]\nmode = audit\nmood = happy\n", 3, "unknown key 'mood' in [policy]");
+	fails("[paths]\nwriteable = /x\n", 2, "unknown key 'writeable' in [paths]");
+	fails("[network]\nblock = 1.2.3.4\n", 2, "unknown key 'block'");
+	fails("[rewind]\nexcept = make\nonfailure = none\n", 3, "unknown key 'onfailure'");
+	fails("[fetch-and-run]\nfetcher = curl\n", 2, "unknown key 'fetcher'");
+	fails("[programs]\nelf = warn\n", 2, "unknown key 'elf'");
+}
+
+static void test_error_key_outside_section(void **state)
+{
+	(void)state;
+	fails("# comment\nmode = audit\n", 2, "outside any section");
+}
+
+static void test_error_bad_values(void **state)
+{
+	static const struct { const char *text, *what; } cases[] = {
+		{ "[policy]\nmode = enforcing\n", "bad value 'enforcing' for mode (expected enforce/audit/off)" },
+		{ "[policy]\ndurability = disk\n", "for durability" },
+		{ "[policy]\nlandlock = yes\n", "for landlock" },
+		{ "[policy]\nsignals = none\n", "for signals" },
+		{ "[programs]\nstatic = allow\n", "for static" },
+		{ "[programs]\nsetuid = ok\n", "for setuid" },
+		{ "[programs]\ngo = no\n", "for go" },
+		{ "[programs]\nldso = 1\n", "for ldso" },
+		{ "[fetch-and-run]\naction = warn\n", "for action" },
+		{ "[network]\ndefault = local\n", "for default" },
+		{ "[network]\nrecord = maybe\n", "for record" },
+		{ "[rewind]\non_failure = nonzero crash\n", "bad value 'crash' for on_failure" },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		fails(cases[i].text, 2, cases[i].what);
+}
+
+static void test_error_paths(void **state)
+{
+	(void)state;
+	fails("[paths]\n\nworkspace = relative/dir\n", 3, "is not an absolute path");
+	fails("[paths]\nwritable = build\n", 2, "writable root 'build' is not an absolute path");
+	fails("[paths]\nhidden = ~/.ssh\nhidden = $NOPE_NOT_SET/x\n", 3, "$NOPE_NOT_SET is not set");
+	fails("[paths]\nhidden = ${HOME/x\n", 2, "unterminated ${");
+	fails("[paths]\nprotected = /a/[bc\n", 2, "unclosed [");
+	fails("[paths]\nuntracked = /a||/b\n", 2, "empty alternative");
+	fails("[paths]\nhidden = $\n", 2, "bad variable reference");
+}
+
+static void test_error_home_unset(void **state)
+{
+	(void)state;
+	unsetenv("HOME");
+	fails("[paths]\nhidden = ~/.ssh\n", 2, "HOME is not set");
+	setenv("HOME", "/home/u", 1);
+}
+
+static void test_error_commands(void **state)
+{
+	(void)state;
+	fails("[commands]\nok = git push\nbad = rm -rf|--x\n", 3, "bad flag '-rf'");
+	fails("[commands]\nbad = rm -|--force\n", 2, "bad flag '-'");
+	fails("[commands]\nempty = \n", 2, "empty command rule empty");
+	fails("[commands]\nx = kill =\n", 2, "empty '=' token");
+	fails("[commands]\nx = dd of=[abc\n", 2, "unclosed [");
+	fails("[rewind]\nexcept = |pytest\n", 2, "empty alternative");
+	fails("[fetch-and-run]\nfetchers = curl a|b\n", 2, "bad program name 'a|b'");
+}
+
+static void test_error_network(void **state)
+{
+	(void)state;
+	fails("[network]\ndeny = 1.2.3\n", 2, "bad address '1.2.3'");
+	fails("[network]\ndeny = 10.0.0.0/33\n", 2, "bad prefix length '/33'");
+	fails("[network]\ndeny = ::1/129\n", 2, "bad prefix length");
+	fails("[network]\ndeny = 10.0.0.1 70000\n", 2, "bad port '70000'");
+	fails("[network]\nallow = unix:\n", 2, "bad unix socket pattern");
+}
+
+static void test_error_syntax(void **state)
+{
+	(void)state;
+	fails("[policy]\nmode = audit\nthis line has no equals sign\n", 3, "syntax error");
+	fails("[policy\nmode = audit\n", 1, "syntax error");
+}
+
+static void test_error_long_line_and_nul(void **state)
+{
+	char text[8192];
+
+	(void)state;
+	memset(text, 'a', sizeof(text));
+	memcpy(text, "[commands]\nx = ", 15);
+	text[sizeof(text) - 1] = 0;
+	fails(text, 2, "line longer than");
+
+	struct policy *pol;
+	FILE *f = fopen(file, "w");
+	fwrite("[policy]\nmode = au\0dit\n", 1, 23, f);
+	fclose(f);
+	assert_int_not_equal(policy_load(&pol, file, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, ":2: NUL byte"));
+}
+
+static void test_error_unreadable(void **state)
+{
+	struct policy *pol;
+	char missing[PATH_MAX + 16];
+
+	(void)state;
+	snprintf(missing, sizeof(missing), "%s/missing.ini", dir);
+	assert_int_not_equal(policy_load(&pol, missing, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "missing.ini: No such file or directory"));
+	assert_int_not_equal(policy_load(&pol, dir, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "Is a directory"));
+}
+
+static void test_error_in_base_names_base(void **state)
+{
+	char base[PATH_MAX + 16];
+
+	(void)state;
+	snprintf(base, sizeof(base), "%s/base.ini", dir);
+	write_file(base, "[policy]\nmode = audit\n\nmode = sometimes\n");
+	assert_null(load("[policy]\nbase = base.ini\n"));
+	assert_non_null(strstr(err, "base.ini:4: bad value 'sometimes'"));
+	fails("[policy]\nbase = nothere.ini\n", 2, "cannot read base policy");
+}
+
+/* --- every key ------------------------------------------------------------------------------ */
+
+static void test_key_mode_durability_landlock(void **state)
+{
+	struct policy *pol;
+
+	(void)state;
+	pol = load("[policy]\nmode = audit\ndurability = power\nlandlock = off\n");
+	assert_non_null(pol);
+	assert_int_equal(policy_mode(pol), PM_AUDIT);
+	assert_int_equal(policy_durability(pol), PD_POWER);
+	assert_int_equal(policy_landlock(pol), PL_OFF);
+	policy_free(pol);
+	pol = load("[policy]\nmode = off\nlandlock = on\n");
+	assert_int_equal(policy_mode(pol), PM_OFF);
+	assert_int_equal(policy_landlock(pol), PL_REQUIRE);
+	policy_free(pol);
+	pol = load("# all defaults\n");
+	assert_int_equal(policy_mode(pol), PM_ENFORCE);
+	assert_int_equal(policy_durability(pol), PD_PROCESS);
+	assert_int_equal(policy_landlock(pol), PL_AUTO);
+	policy_free(pol);
+}
+
+static void test_key_signals(void **state)
+{
+	struct policy *pol = load("[policy]\nsignals = session\n");
+	const char *why;
+
+	(void)state;
+	assert_int_equal(policy_signal(pol, 1234, 15, true, &why), PV_ALLOW);
+	assert_int_equal(policy_signal(pol, 1234, 15, false, &why), PV_DENY);
+	assert_int_equal(policy_signal(pol, -1, 9, true, &why), PV_DENY);
+	assert_int_equal(policy_signal(pol, -1, 0, false, &why), PV_ALLOW);   /* a probe */
+	policy_free(pol);
+	pol = load("[policy]\nsignals = any\n");
+	assert_int_equal(policy_signal(pol, 1234, 15, false, &why), PV_ALLOW);
+	assert_int_equal(policy_signal(pol, -1, 9, false, &why), PV_DENY);
+	policy_free(pol);
+}
+
+static void test_key_programs(void **state)
+{
+	struct policy *pol = load("[programs]\nstatic = refuse\nsetuid = warn\ngo = refuse\nldso = warn\n");
+
+	(void)state;
+	assert_int_equal(policy_opaque(pol, PO_STATIC), PO_REFUSE);
+	assert_int_equal(policy_opaque(pol, PO_SETUID), PO_WARN);
+	assert_int_equal(policy_opaque(pol, PO_GO), PO_REFUSE);
+	assert_int_equal(policy_opaque(pol, PO_LDSO), PO_WARN);
+	policy_free(pol);
+}
+
+static void test_key_workspace_and_vars(void **state)
+{
+	struct policy *pol;
+
+	(void)state;
+	pol = load("[paths]\nworkspace = /w/other/./x/..\nwritable = $WORKSPACE\nwritable = ${NOT_SET_X:-/fallback}\n");
+	assert_non_null(pol);
+	assert_string_equal(policy_workspace(pol), "/w/other");
+	assert_int_equal(path(pol, "/w/other/f", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/fallback/f", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/w/ws/f", true), PV_DENY);
+	policy_free(pol);
+	pol = load("[paths]\nwritable = $WORKSPACE\n");
+	assert_string_equal(policy_workspace(pol), "/w/ws");          /* FTSBX_WORKSPACE */
+	policy_free(pol);
+}
+
+static void test_key_writable_default(void **state)
+{
+	struct policy *pol = load("[policy]\nmode = enforce\n");
+
+	(void)state;
+	assert_int_equal(path(pol, "/w/ws/src/a.c", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/w/tmp/x", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/tmp/x", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/etc/passwd", true), PV_DENY);
+	assert_int_equal(path(pol, "/w/wsx", true), PV_DENY);          /* a prefix, not a parent */
+	assert_int_equal(path(pol, "/etc/passwd", false), PV_ALLOW);
+	assert_non_null(policy_root(pol, 0));
+	policy_free(pol);
+}
+
+static void test_key_hidden_protected_untracked(void **state)
+{
+	struct policy *pol = load("[paths]\nwritable = /w/ws\nwritable = /home/u/proj\n"
+				  "hidden = ~/.ssh\nhidden = .env\nhidden = /w/ws/secret-*.txt\n"
+				  "protected = .git/hooks\nprotected = /w/ws/vendor/*/LICENSE\n"
+				  "untracked = ~/.cache\nuntracked = /w/ws/node_modules\nuntracked = *.pyc\n");
+	const char *why;
+
+	(void)state;
+	assert_non_null(pol);
+	assert_int_equal(path(pol, "/home/u/.ssh/id_rsa", false), PV_DENY);
+	assert_int_equal(policy_path(pol, "/home/u/.ssh", false, &why), PV_DENY);
+	assert_string_equal(why, "[paths] hidden = ~/.ssh");
+	assert_int_equal(path(pol, "/home/u/.sshx", false), PV_ALLOW);
+	assert_int_equal(path(pol, "/w/ws/a/b/.env", false), PV_DENY);
+	assert_int_equal(path(pol, "/w/ws/.envrc", false), PV_ALLOW);
+	assert_int_equal(path(pol, "/w/ws/secret-1.txt", false), PV_DENY);
+	assert_int_equal(path(pol, "/w/ws/secret-1.txt.bak", false), PV_ALLOW);
+	assert_int_equal(path(pol, "/w/ws/.git/hooks/pre-commit", true), PV_DENY);
+	assert_int_equal(path(pol, "/w/ws/.git/hooks/pre-commit", false), PV_ALLOW);
+	assert_int_equal(path(pol, "/w/ws/sub/.git/hooks", true), PV_DENY);
+	assert_int_equal(path(pol, "/w/ws/.git/hooksx", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/w/ws/vendor/lib/LICENSE", true), PV_DENY);
+	assert_int_equal(path(pol, "/w/ws/vendor/lib/x/LICENSE", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/home/u/.cache/pip/x", true), PV_UNTRACKED);
+	assert_int_equal(path(pol, "/w/ws/node_modules/a/b.js", true), PV_UNTRACKED);
+	assert_int_equal(path(pol, "/w/ws/x/y.pyc", true), PV_UNTRACKED);
+	assert_int_equal(path(pol, "/home/u/other", true), PV_DENY);
+	policy_free(pol);
+}
+
+static void test_devices(void **state)
+{
+	struct policy *pol = load("[paths]\nwritable = /w/ws\n");
+	const char *why;
+
+	(void)state;
+	assert_int_equal(path(pol, "/dev/null", true), PV_UNTRACKED);
+	assert_int_equal(policy_path_typed(pol, "/dev/pts/3", true, S_IFCHR, &why), PV_UNTRACKED);
+	assert_int_equal(policy_path_typed(pol, "/dev/sda", true, S_IFBLK, &why), PV_DENY);
+	assert_string_equal(why, "writing a block device");
+	assert_int_equal(policy_path_typed(pol, "/w/ws/disk", true, S_IFBLK, &why), PV_DENY);
+	assert_int_equal(policy_path_typed(pol, "/dev/sda", false, S_IFBLK, &why), PV_ALLOW);
+	assert_int_equal(policy_path_typed(pol, "/dev/newfile", true, S_IFREG, &why), PV_DENY);
+	policy_free(pol);
+}
+
+static void test_journal_dir_off_limits(void **state)
+{
+	struct policy *pol = load("[paths]\nwritable = /w\n");
+	const char *why;
+
+	(void)state;
+	policy_set_journal(pol, "/w/state/sess/");
+	assert_int_equal(policy_path(pol, "/w/state/sess/log/1.ftj", false, &why), PV_DENY);
+	assert_string_equal(why, "the journal directory is off limits");
+	assert_int_equal(path(pol, "/w/state/sess", true), PV_DENY);
+	assert_int_equal(path(pol, "/w/state/session2", true), PV_ALLOW);
+	policy_free(pol);
+}
+
+static void test_key_commands_flags_any_spelling(void **state)
+{
+	struct policy *pol = load("[commands]\nrmrf = rm -r|-R|--recursive -f|--force /\n"
+				  "push = git push -f|--force|--force-with-lease*\nk = kill =-1\n");
+	const char *why;
+
+	(void)state;
+	assert_int_equal(EXEC(pol, "rm", "-rf", "/"), PV_DENY);
+	assert_int_equal(EXEC(pol, "rm", "-fr", "/"), PV_DENY);
+	assert_int_equal(EXEC(pol, "rm", "-r", "-f", "/"), PV_DENY);
+	assert_int_equal(EXEC(pol, "rm", "--recursive", "--force", "/"), PV_DENY);
+	assert_int_equal(EXEC(pol, "rm", "--recur", "--forc", "/"), PV_DENY);
+	assert_int_equal(EXEC(pol, "rm", "-Rvf", "--", "/"), PV_DENY);
+	assert_int_equal(EXEC(pol, "rm", "-rf", "build"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "rm", "-r", "/"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "git", "push", "--force-with-lease=main", "origin"), PV_DENY);
+	assert_int_equal(EXEC(pol, "git", "-C", "x", "push", "origin", "-f"), PV_DENY);
+	assert_int_equal(EXEC(pol, "git", "push", "origin", "main"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "git", "commit", "-m", "push -f"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "git", "fetch", "-f"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "kill", "-9", "-1"), PV_DENY);
+	assert_int_equal(EXEC(pol, "kill", "-15", "1234"), PV_ALLOW);
+	assert_int_equal(policy_exec(pol, NULL, (char *const[]){ "git", "push", "-f", NULL }, "/usr/bin", &why),
+			 PV_DENY);
+	assert_string_equal(why, "[commands] push = git push -f|--force|--force-with-lease*");
+	policy_free(pol);
+}
+
+static void test_wrappers(void **state)
+{
+	struct policy *pol = load("[commands]\nfmt = mkfs|mkfs.*\n");
+
+	(void)state;
+	assert_int_equal(EXEC(pol, "env", "-i", "A=1", "-u", "X", "mkfs.ext4", "/dev/sdb"), PV_DENY);
+	assert_int_equal(EXEC(pol, "nice", "-n", "5", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "nice", "-10", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "nohup", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "timeout", "-s", "KILL", "-k", "1", "10", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "timeout", "10s", "true"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "stdbuf", "-oL", "-e", "0", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ionice", "-c", "3", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ionice", "-p", "1234"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "chrt", "-i", "0", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "setsid", "-f", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "xargs", "-0", "-n", "1", "mkfs.xfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "time", "-o", "out", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "/lib64/ld-linux-x86-64.so.2", "--library-path", "/x", "/sbin/mkfs.ext4"), PV_DENY);
+	assert_int_equal(EXEC(pol, "busybox", "mkfs.vfat", "/dev/sdb"), PV_DENY);
+	assert_int_equal(EXEC(pol, "env", "nice", "timeout", "5", "xargs", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "env", "-S", "mkfs /dev/sdb"), PV_DENY);
+	assert_int_equal(EXEC(pol, "env", "-i", "make"), PV_ALLOW);
+	policy_free(pol);
+}
+
+static void test_program_resolution(void **state)
+{
+	struct policy *pol = load("[commands]\nt = true\nabs = /opt/*/danger\n");
+	char link[PATH_MAX + 16];
+	const char *why;
+
+	(void)state;
+	snprintf(link, sizeof(link), "%s/build", dir);
+	assert_int_equal(symlink("/bin/true", link), 0);
+	/* a symlink named "build" on PATH leads to true */
+	assert_int_equal(policy_exec(pol, NULL, (char *const[]){ "build", NULL }, dir, &why), PV_DENY);
+	assert_int_equal(policy_exec(pol, NULL, (char *const[]){ "build", NULL }, "/nonexistent", &why), PV_ALLOW);
+	/* execve's FILE counts, whatever argv[0] says */
+	assert_int_equal(policy_exec(pol, "/bin/true", (char *const[]){ "innocent", NULL }, NULL, &why), PV_DENY);
+	assert_int_equal(policy_exec(pol, "/opt/x/danger", (char *const[]){ "a", NULL }, NULL, &why), PV_DENY);
+	assert_int_equal(policy_exec(pol, NULL, (char *const[]){ NULL }, NULL, &why), PV_ALLOW);
+	unlink(link);
+	policy_free(pol);
+}
+
+static void test_shell_strings(void **state)
+{
+	struct policy *pol = load("[commands]\nfmt = mkfs|mkfs.*\npush = git push -f|--force\n");
+
+	(void)state;
+	assert_int_equal(sh(pol, "make && mkfs.ext4 /dev/sdb"), PV_DENY);
+	assert_int_equal(sh(pol, "echo ok; (cd x && git push --force)"), PV_DENY);
+	assert_int_equal(sh(pol, "if true; then mkfs /dev/x; fi"), PV_DENY);
+	assert_int_equal(sh(pol, "A=1 B=2 mkfs"), PV_DENY);
+	assert_int_equal(sh(pol, "echo $(mkfs /dev/x)"), PV_DENY);
+	assert_int_equal(sh(pol, "echo `mkfs /dev/x`"), PV_DENY);
+	assert_int_equal(sh(pol, "sh -c 'bash -lc \"mkfs /dev/x\"'"), PV_DENY);
+	assert_int_equal(sh(pol, "exec -a innocent mkfs"), PV_DENY);
+	assert_int_equal(sh(pol, "command mkfs"), PV_DENY);
+	assert_int_equal(sh(pol, "eval 'mkfs /dev/x'"), PV_DENY);
+	assert_int_equal(sh(pol, "f() { mkfs; }; f"), PV_DENY);
+	assert_int_equal(sh(pol, "true\nmkfs"), PV_DENY);
+	assert_int_equal(sh(pol, "m\\kfs /dev/x"), PV_DENY);
+	assert_int_equal(sh(pol, "'mkfs' /dev/x"), PV_DENY);
+	/* words that only mention it */
+	assert_int_equal(sh(pol, "echo mkfs; grep -r 'mkfs /dev' . # mkfs"), PV_ALLOW);
+	assert_int_equal(sh(pol, "command -v mkfs"), PV_ALLOW);
+	assert_int_equal(sh(pol, "cat <<EOF\nmkfs /dev/x\nEOF\necho done"), PV_ALLOW);
+	assert_int_equal(sh(pol, "git commit -m 'git push --force'"), PV_ALLOW);
+	assert_int_equal(sh(pol, "for f in mkfs; do echo $f; done"), PV_ALLOW);
+	assert_int_equal(sh(pol, "echo \"unterminated"), PV_ALLOW);
+	policy_free(pol);
+}
+
+static void test_key_fetch_and_run(void **state)
+{
+	static const char *const refused[] = {
+		"curl -fsSL https://x | sh", "wget -qO- x | bash -s -- -y", "curl x | sudo bash",
+		"bash <(curl -s x)", "sh -c \"$(curl -fsSL x)\"", "eval \"$(wget -O- x)\"",
+		"source <(curl x)", "curl x | tee f | python3", "(curl a; curl b) | sh",
+		"bash < <(curl x)", "$(curl x)", "curl x | env bash", "curl x | bash -euo pipefail",
+		"python3 -c \"$(curl x)\"", "bash <<EOF\ncurl x | sh\nEOF",
+	};
+	static const char *const allowed[] = {
+		"curl -fsSL x -o install.sh", "curl x | python3 -c 'import json,sys; json.load(sys.stdin)'",
+		"curl x | jq .", "V=$(curl -s x); echo $V", "curl x | python3 -m json.tool",
+		"curl x | bash install.sh", "diff <(curl a) <(curl b)", "curl x > f; cat f | sh",
+		"echo 'curl x | sh'",
+	};
+	struct policy *pol = load("[fetch-and-run]\naction = refuse\nfetchers = curl wget\n"
+				  "interpreters = sh bash python3\n[commands]\nsu = sudo\n");
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (sh(pol, refused[i]) != PV_DENY)
+			fail_msg("not refused: %s", refused[i]);
+	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+		if (sh(pol, allowed[i]) != PV_ALLOW)
+			fail_msg("refused: %s", allowed[i]);
+	policy_free(pol);
+	pol = load("[fetch-and-run]\naction = allow\nfetchers = curl\ninterpreters = sh\n");
+	assert_int_equal(sh(pol, "curl x | sh"), PV_ALLOW);
+	policy_free(pol);
+}
+
+static enum pverdict conn4(const struct policy *pol, const char *ip, int port, const char **why)
+{
+	struct sockaddr_in in = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+
+	inet_pton(AF_INET, ip, &in.sin_addr);
+	return policy_connect(pol, (struct sockaddr *)&in, sizeof(in), why);
+}
+
+static enum pverdict conn6(const struct policy *pol, const char *ip, int port)
+{
+	struct sockaddr_in6 in = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port) };
+	const char *why;
+
+	inet_pton(AF_INET6, ip, &in.sin6_addr);
+	return policy_connect(pol, (struct sockaddr *)&in, sizeof(in), &why);
+}
+
+static enum pverdict connu(const struct policy *pol, const char *path)
+{
+	struct sockaddr_un un = { .sun_family = AF_UNIX };
+	const char *why;
+
+	strcpy(un.sun_path, path);
+	return policy_connect(pol, (struct sockaddr *)&un, sizeof(un), &why);
+}
+
+static void test_key_network(void **state)
+{
+	struct policy *pol = load("[network]\ndefault = allow\nrecord = no\ndeny = unix:/run/docker.sock\n"
+				  "deny = 10.0.0.0/8 22\nallow = 10.1.0.0/16\ndeny = 10.0.0.0/8\ndeny = 2001:db8::/32\n");
+	const char *why;
+
+	(void)state;
+	assert_false(policy_net_record(pol));
+	assert_int_equal(connu(pol, "/run/docker.sock"), PV_DENY);
+	assert_int_equal(connu(pol, "/run/other.sock"), PV_ALLOW);
+	assert_int_equal(conn4(pol, "10.1.2.3", 22, &why), PV_DENY);
+	assert_string_equal(why, "[network] deny = 10.0.0.0/8 22");
+	assert_int_equal(conn4(pol, "10.1.2.3", 80, &why), PV_ALLOW);
+	assert_int_equal(conn4(pol, "10.2.2.3", 80, &why), PV_DENY);
+	assert_int_equal(conn4(pol, "8.8.8.8", 53, &why), PV_ALLOW);
+	assert_int_equal(conn6(pol, "2001:db8::1", 443), PV_DENY);
+	assert_int_equal(conn6(pol, "::ffff:10.2.0.1", 80), PV_DENY);         /* v4-mapped */
+	policy_free(pol);
+
+	pol = load("[network]\ndefault = loopback\ndeny = unix:/run/docker.sock\n");
+	assert_true(policy_net_record(pol));
+	assert_int_equal(conn4(pol, "127.0.0.1", 8080, &why), PV_ALLOW);
+	assert_int_equal(conn6(pol, "::1", 8080), PV_ALLOW);
+	assert_int_equal(conn4(pol, "1.1.1.1", 443, &why), PV_DENY);
+	assert_int_equal(connu(pol, "/tmp/app.sock"), PV_ALLOW);
+	assert_int_equal(connu(pol, "/run/docker.sock"), PV_DENY);
+	policy_free(pol);
+
+	pol = load("[network]\ndefault = deny\nallow = *\n");
+	assert_int_equal(conn4(pol, "1.1.1.1", 443, &why), PV_ALLOW);
+	assert_int_equal(connu(pol, "/tmp/app.sock"), PV_DENY);
+	policy_free(pol);
+}
+
+static void test_key_rewind(void **state)
+{
+	struct policy *pol = load("[rewind]\non_failure = nonzero, refusal\nexcept = pytest|tox\n"
+				  "except = python* -m pytest\n");
+
+	(void)state;
+	assert_int_equal(policy_rewind_on(pol), PR_NONZERO | PR_REFUSAL);
+	assert_true(policy_rewind_exempt(pol, (char *const[]){ "pytest", "-x", NULL }));
+	assert_true(policy_rewind_exempt(pol, (char *const[]){ "timeout", "60", "pytest", NULL }));
+	assert_true(policy_rewind_exempt(pol, (char *const[]){ "python3", "-m", "pytest", NULL }));
+	assert_false(policy_rewind_exempt(pol, (char *const[]){ "python3", "app.py", NULL }));
+	assert_false(policy_rewind_exempt(pol, (char *const[]){ NULL }));
+	policy_free(pol);
+	pol = load("[rewind]\non_failure = none\n");
+	assert_int_equal(policy_rewind_on(pol), 0);
+	policy_free(pol);
+}
+
+static void test_key_base(void **state)
+{
+	struct policy *pol = load("[policy]\nbase = default\nmode = audit\n[network]\ndefault = loopback\n");
+	const char *why;
+
+	(void)state;
+	assert_non_null(pol);
+	assert_int_equal(policy_mode(pol), PM_AUDIT);
+	assert_int_equal(EXEC(pol, "shutdown", "-h", "now"), PV_DENY);
+	assert_int_equal(conn4(pol, "1.1.1.1", 443, &why), PV_DENY);
+	policy_free(pol);
+}
+
+/* --- the built-in default and the block ------------------------------------------------- */
+
+static void test_builtin_default(void **state)
+{
+	struct policy *pol;
+
+	(void)state;
+	assert_int_equal(policy_load(&pol, NULL, err, sizeof(err)), 0);
+	assert_string_equal(policy_source(pol), "<built-in>");
+	assert_int_equal(path(pol, "/home/u/.ssh/id_rsa", false), PV_DENY);
+	assert_int_equal(path(pol, "/home/u/.cache/x", true), PV_UNTRACKED);
+	assert_int_equal(path(pol, "/home/u/.gitconfig", false), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "git", "push", "--force"), PV_DENY);
+	assert_int_equal(EXEC(pol, "git", "push", "origin", "main"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "make", "-j8"), PV_ALLOW);
+	policy_free(pol);
+}
+
+static void test_blob_round_trip_and_damage(void **state)
+{
+	struct policy *pol, mapped;
+	const void *p;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(policy_load(&pol, NULL, err, sizeof(err)), 0);
+	policy_blob(pol, &p, &n);
+	uint64_t *copy = malloc(n + 8);
+	memcpy(copy, p, n);
+	assert_int_equal(policy_from_blob(&mapped, copy, n), 0);
+	assert_int_equal(policy_hash(&mapped), policy_hash(pol));
+	assert_int_equal(EXEC(&mapped, "reboot"), PV_DENY);
+	assert_int_equal(path(&mapped, "/home/u/.aws/credentials", false), PV_DENY);
+	assert_int_equal(policy_from_blob(&mapped, copy, n - 8), -EINVAL);
+	for (size_t off = 0; off < n; off += n / 97 + 1) {
+		((unsigned char *)copy)[off] ^= 0x40;
+		assert_int_equal(policy_from_blob(&mapped, copy, n), -EINVAL);
+		((unsigned char *)copy)[off] ^= 0x40;
+	}
+	assert_int_equal(policy_from_blob(&mapped, (char *)copy + 1, n), -EINVAL);    /* misaligned */
+	free(copy);
+	policy_free(pol);
+}
+
+static void test_shipped_policies_load(void **state)
+{
+	static const char *const names[] = { "default", "strict", "audit" };
+	struct policy *pol;
+	char p[PATH_MAX];
+
+	(void)state;
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(p, sizeof(p), "%s/policies/%s.ini", getenv("FTSBX_SRC") ?: ".", names[i]);
+		if (policy_load(&pol, p, err, sizeof(err)))
+			fail_msg("%s", err);
+		policy_free(pol);
+	}
+}
+
+/* --- cost -------------------------------------------------------------------------------------- */
+
+static double ns_per(struct timespec a, struct timespec b, long n)
+{
+	return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n;
+}
+
+static void test_read_check_is_fast(void **state)
+{
+	struct policy *pol;
+	struct timespec a, b;
+	const char *why;
+	long n = 200000, denied = 0;
+
+	(void)state;
+	assert_int_equal(policy_load(&pol, NULL, err, sizeof(err)), 0);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (long i = 0; i < n; i++)
+		denied += policy_path(pol, "/w/ws/src/compiler/lib/module/file_name.c", false, &why) == PV_DENY;
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double read_ns = ns_per(a, b, n);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (long i = 0; i < n; i++)
+		denied += policy_path(pol, "/w/ws/build/obj/module/file_name.o", true, &why) == PV_DENY;
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double write_ns = ns_per(a, b, n);
+	print_message("policy_path: %.0f ns a read, %.0f ns a write\n", read_ns, write_ns);
+	assert_int_equal(denied, 0);
+	assert_true(read_ns < 1000.0);
+	policy_free(pol);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_error_unknown_section),
+		cmocka_unit_test(test_error_unknown_key),
+		cmocka_unit_test(test_error_key_outside_section),
+		cmocka_unit_test(test_error_bad_values),
+		cmocka_unit_test(test_error_paths),
+		cmocka_unit_test(test_error_home_unset),
+		cmocka_unit_test(test_error_commands),
+		cmocka_unit_test(test_error_network),
+		cmocka_unit_test(test_error_syntax),
+		cmocka_unit_test(test_error_long_line_and_nul),
+		cmocka_unit_test(test_error_unreadable),
+		cmocka_unit_test(test_error_in_base_names_base),
+		cmocka_unit_test(test_key_mode_durability_landlock),
+		cmocka_unit_test(test_key_signals),
+		cmocka_unit_test(test_key_programs),
+		cmocka_unit_test(test_key_workspace_and_vars),
+		cmocka_unit_test(test_key_writable_default),
+		cmocka_unit_test(test_key_hidden_protected_untracked),
+		cmocka_unit_test(test_devices),
+		cmocka_unit_test(test_journal_dir_off_limits),
+		cmocka_unit_test(test_key_commands_flags_any_spelling),
+		cmocka_unit_test(test_wrappers),
+		cmocka_unit_test(test_program_resolution),
+		cmocka_unit_test(test_shell_strings),
+		cmocka_unit_test(test_key_fetch_and_run),
+		cmocka_unit_test(test_key_network),
+		cmocka_unit_test(test_key_rewind),
+		cmocka_unit_test(test_key_base),
+		cmocka_unit_test(test_builtin_default),
+		cmocka_unit_test(test_blob_round_trip_and_damage),
+		cmocka_unit_test(test_shipped_policies_load),
+		cmocka_unit_test(test_read_check_is_fast),
+	};
+
+	return cmocka_run_group_tests_name("policy", tests, setup, teardown);
+}
