@@ -48,7 +48,7 @@ static bool lists_self(const char *v)
 HIDDEN void env_capture(void)
 {
 	char line[PATH_MAX + 16];
-	const char *pre = getenv("LD_PRELOAD");
+	const char *pre = shim_getenv("LD_PRELOAD");
 	size_t used = 0;
 
 	if (pre && lists_self(pre))
@@ -196,10 +196,19 @@ static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uin
 		munmap(mem_, cap_ * sizeof(char *));                             \
 } while (0)
 
+/* 0: not ours to look at (call the real function); 1: go on; -1: refused
+ * (errno set). */
 static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[])
 {
+	int err;
+
 	if (!hook_enter(c))
 		return 0;
+	err = guard_exec(path, argv);
+	if (err) {
+		hook_refuse(c, err);
+		return -1;
+	}
 	txn_exec(argv);
 	record_exec(path, argv, 0);
 	return 1;
@@ -210,8 +219,9 @@ EXPORT int execve(const char *p, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	if (!exec_enter(&c, p, a))
-		return REAL(execve)(p, a, e);
+	int k = exec_enter(&c, p, a);
+	if (k <= 0)
+		return k < 0 ? -1 : REAL(execve)(p, a, e);
 	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execve)(p, a, fixed); });
 	return r;
 }
@@ -221,8 +231,9 @@ EXPORT int execveat(int d, const char *p, char *const a[], char *const e[], int 
 	struct hook_ctx c;
 	int r;
 
-	if (!exec_enter(&c, p, a))
-		return REAL(execveat)(d, p, a, e, fl);
+	int k = exec_enter(&c, p, a);
+	if (k <= 0)
+		return k < 0 ? -1 : REAL(execveat)(d, p, a, e, fl);
 	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execveat)(d, p, a, fixed, fl); });
 	return r;
 }
@@ -232,8 +243,9 @@ EXPORT int fexecve(int fd, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	if (!exec_enter(&c, "(fexecve)", a))
-		return REAL(fexecve)(fd, a, e);
+	int k = exec_enter(&c, "(fexecve)", a);
+	if (k <= 0)
+		return k < 0 ? -1 : REAL(fexecve)(fd, a, e);
 	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(fexecve)(fd, a, fixed); });
 	return r;
 }
@@ -243,8 +255,9 @@ EXPORT int execvpe(const char *f, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	if (!exec_enter(&c, f, a))
-		return REAL(execvpe)(f, a, e);
+	int k = exec_enter(&c, f, a);
+	if (k <= 0)
+		return k < 0 ? -1 : REAL(execvpe)(f, a, e);
 	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execvpe)(f, a, fixed); });
 	return r;
 }
@@ -309,6 +322,11 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 
 	if (!hook_enter(&c))
 		return (search ? REAL(posix_spawnp) : REAL(posix_spawn))(pid, p, fa, at, a, e);
+	int err = guard_exec(p, a);
+	if (err) {
+		hook_refuse(&c, err);
+		return err;     /* posix_spawn returns the error number */
+	}
 	uint32_t t = txn_for_spawn(a);
 	spawn_txn = t;
 	WITH_ENV(e, fixed, {
@@ -343,22 +361,27 @@ static void environ_restore(void)
 {
 	for (size_t i = 0; i < nsticky; i++)
 		if (!has_var(environ, sticky[i]) ||
-		    (!strncmp(sticky[i], "LD_PRELOAD=", 11) && !lists_self(getenv("LD_PRELOAD") ?: "")))
-			putenv(sticky[i]);
+		    (!strncmp(sticky[i], "LD_PRELOAD=", 11) && !lists_self(shim_getenv("LD_PRELOAD") ?: "")))
+			shim_putenv(sticky[i]);
 }
 
 /* Start sh -c CMD through REAL_CALL (system or popen) as a transaction of
  * its own when the root starts it; DONE runs after, with the result r_. */
-#define SHELL_HOOK(real_call, cmd, done) do {                             \
+#define SHELL_HOOK(real_call, refused, cmd, done) do {                    \
 	struct hook_ctx c;                                                \
 	char *const argv[] = { "sh", "-c", (char *)(cmd), NULL };        \
 	if (!hook_enter(&c) || !(cmd))                                    \
 		return real_call;                                         \
+	int err_ = guard_exec("/bin/sh", argv);                           \
+	if (err_) {                                                       \
+		hook_refuse(&c, err_);                                    \
+		return refused;                                           \
+	}                                                                 \
 	environ_restore();                                                \
 	uint32_t t = txn_for_spawn(argv);                                 \
 	spawn_txn = t;                                                    \
 	set_txn_var();                                                    \
-	putenv(txn_var);                                                  \
+	shim_putenv(txn_var);                                             \
 	record_exec_txn("/bin/sh", argv, 0, t);                           \
 	hook_leave(&c);                                                   \
 	__typeof__(real_call) r_ = real_call;                             \
@@ -370,12 +393,12 @@ static void environ_restore(void)
 
 EXPORT int system(const char *cmd)
 {
-	SHELL_HOOK(REAL(system)(cmd), cmd, txn_system_done(t, r_));
+	SHELL_HOOK(REAL(system)(cmd), 127 << 8, cmd, txn_system_done(t, r_));
 }
 
 EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-	SHELL_HOOK(REAL(popen)(cmd, mode), cmd, (void)t);
+	SHELL_HOOK(REAL(popen)(cmd, mode), NULL, cmd, (void)t);
 }
 
 EXPORT pid_t vfork(void)

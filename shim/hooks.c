@@ -37,7 +37,7 @@ static bool in_journal_dir(const char *p)
 	struct stat st;
 	uint64_t gen;
 
-	if (!shim.session_open || !slash)
+	if (!slash || !shim_session())
 		return false;
 	size_t n = slash == p ? 1 : (size_t)(slash - p);
 	memcpy(parent, p, n);
@@ -61,6 +61,57 @@ static void bump_namespace(void)
 {
 	if (shim.session_open)
 		__atomic_add_fetch(&shim.s.ctr[3], 1, __ATOMIC_SEQ_CST);
+}
+
+/* The path with its directory part resolved by the kernel (symlinked
+ * directories followed), so that the policy and the journal guard judge
+ * where a change really lands. A thread keeps the last answer while the
+ * namespace generation (see in_journal_dir) stands. A missing directory
+ * leaves the path as it is: the call fails anyway. */
+static __thread struct {
+	uint64_t gen;
+	char lex[512], canon[512];
+} canon_cache __attribute__((tls_model("initial-exec")));
+
+static void canonical_parent(char p[PATH_MAX])
+{
+	char parent[PATH_MAX], real[PATH_MAX], base[PATH_MAX];
+	const char *slash = strrchr(p, '/');
+	uint64_t gen;
+	size_t n;
+	int fd;
+
+	if (!slash || slash == p || !shim_session())
+		return;
+	n = (size_t)(slash - p);
+	memcpy(parent, p, n);
+	parent[n] = 0;
+	snprintf(base, sizeof(base), "%s", slash + 1);
+	gen = __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE) + 1;
+	if (canon_cache.gen == gen && !strcmp(canon_cache.lex, parent)) {
+		snprintf(real, sizeof(real), "%s", canon_cache.canon);
+	} else {
+		fd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			return;
+		int err = path_fd(real, fd);
+		close(fd);
+		if (err)
+			return;
+		if (n < sizeof(canon_cache.lex) && strlen(real) < sizeof(canon_cache.canon)) {
+			memcpy(canon_cache.lex, parent, n + 1);
+			strcpy(canon_cache.canon, real);
+			canon_cache.gen = gen;
+		}
+	}
+	if (!strcmp(real, parent))
+		return;
+	size_t rl = strcmp(real, "/") ? strlen(real) : 0, bl = strlen(base);
+	if (rl + bl + 2 > PATH_MAX)
+		return;
+	memcpy(p, real, rl);
+	p[rl] = '/';
+	memcpy(p + rl + 1, base, bl + 1);
 }
 
 static int off_limits(const char *op, const char *p)
@@ -195,10 +246,13 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 	mode_t mode = 0;
 	int err = resolve_final(p, follow, &mode);
 
+	canonical_parent(p);
 	if (!err && !mode && !creates)
 		return 0;       /* truncate() and friends of a missing path: it fails */
 	if (!err && (err = off_limits_change(opname, p)))
 		return err;
+	if (!err && (err = guard_write(opname, p, mode)))
+		return err == 1 ? 0 : err;
 	if (!err)
 		err = capture(p, op, !mode || mode == S_IFREG || mode == S_IFDIR || mode == S_IFLNK);
 	return err ? refuse_unjournaled(p, err) : 0;
@@ -225,7 +279,7 @@ HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX]
 	if (err)
 		return writes(flags) ? refuse_unjournaled(path, err) : 0;
 	if (!writes(flags) || (flags & __O_TMPFILE) == __O_TMPFILE)
-		return off_limits("open", p);
+		return off_limits("open", p) ?: guard_read(p);
 	return check("open", p, (flags & O_TRUNC) ? JC_TRUNC : (flags & O_APPEND) ? JC_APPEND : JC_WRITE,
 		     !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL),
 		     flags & O_CREAT);
@@ -276,8 +330,11 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	fdcache_forget(p);
 	if (flags & AT_REMOVEDIR || flags == REMOVE_ANY)
 		bump_namespace();
+	canonical_parent(p);
 	if ((err = off_limits_change("remove", p)))
 		return err;
+	if ((err = guard_write("remove", p, 0)))
+		return err == 1 ? 0 : err;
 	return capture_remove(p, !(flags & AT_REMOVEDIR));
 }
 
@@ -291,8 +348,15 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		err = path_abs(to, nd, n);
 	if (err)
 		return refuse_unjournaled(o, err);
+	canonical_parent(from);
+	canonical_parent(to);
 	if ((err = off_limits_change("rename", from)) || (err = off_limits_change("rename", to)))
 		return err;
+	int wf = guard_write("rename", from, 0), wt = wf > 1 ? 0 : guard_write("rename", to, 0);
+	if (wf > 1 || wt > 1)
+		return wf > 1 ? wf : wt;
+	if (wf == 1 && wt == 1)
+		return 0;       /* both untracked: not journaled */
 	fdcache_forget(from);
 	fdcache_forget(to);
 	bump_namespace();
@@ -315,8 +379,11 @@ HIDDEN int pre_create(int dirfd, const char *path)
 		return refuse_unjournaled(path, err);
 	struct jseg *g;
 
+	canonical_parent(p);
 	if ((err = off_limits_change("create", p)))
 		return err;
+	if ((err = guard_write("create", p, 0)))
+		return err == 1 ? 0 : err;
 	if (untracked(p))
 		return 0;
 	err = shim_segment(&g);

@@ -33,6 +33,39 @@ static int call_real_open(enum open_kind k, int d, const char *p, int f, mode_t 
 	return -1;
 }
 
+/*
+ * A read-only open was judged on its lexical path; a symlink on the way
+ * could lead elsewhere (a link in the workspace to ~/.ssh/id_rsa). Open it
+ * with openat2(RESOLVE_NO_SYMLINKS): in the common case that is the open
+ * itself, one system call as before, and the lexical verdict was exact.
+ * Only a path with a symlink in it (ELOOP) is resolved by the kernel and
+ * judged again before the real open. Returns the fd, -1 with errno set,
+ * or -2: do the real open (openat2 unusable here).
+ */
+static int open_read_checked(int d, const char *p, int f)
+{
+	struct open_how how = { .flags = (uint64_t)(unsigned)f, .resolve = RESOLVE_NO_SYMLINKS };
+	char real[PATH_MAX];
+	int fd, pfd, err;
+
+	fd = (int)REAL(syscall)(SYS_openat2, d, p, &how, sizeof(how));
+	if (fd >= 0 || (errno != ELOOP && errno != ENOSYS && errno != EINVAL && errno != E2BIG &&
+			errno != EPERM && errno != EXDEV))
+		return fd;
+	if (errno != ELOOP)
+		return -2;
+	pfd = openat(d, p, O_PATH | O_CLOEXEC | (f & O_NOFOLLOW));
+	if (pfd < 0)
+		return -2;      /* the real open says why */
+	err = path_fd(real, pfd);
+	close(pfd);
+	if (!err && (err = guard_read(real))) {
+		errno = err;
+		return -1;
+	}
+	return -2;
+}
+
 static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 {
 	char abs[PATH_MAX];
@@ -46,6 +79,19 @@ static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 		shim_unlock();
 		hook_refuse(&c, err);
 		return -1;
+	}
+	if ((f & O_ACCMODE) == O_RDONLY && !(f & (O_CREAT | O_TRUNC | O_PATH)) && abs[0] && guard_active()) {
+		fd = open_read_checked(d, p, f);
+		if (fd != -2) {
+			if (fd < 0) {
+				hook_refuse(&c, errno);
+				return -1;
+			}
+			hook_leave(&c);
+			if (f & O_DIRECTORY)
+				fdcache_put(fd, abs);
+			return fd;
+		}
 	}
 	hook_leave(&c);
 	fd = call_real_open(k, d, p, f, m);
@@ -127,6 +173,10 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_fchmodat:   return pre_path(I(0), S(1), JC_META, 1);
 	case SYS_futimesat:  return pre_path(I(0), S(1), JC_META, 1);
 	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));
+	case SYS_kill:       return guard_signal((pid_t)a[0], I(1));
+	case SYS_tgkill:     return guard_signal((pid_t)a[0], I(2));
+	case SYS_pidfd_send_signal: return guard_pidfd(I(0), I(1));
+	case SYS_connect:    return guard_connect((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
 	}
 	return 0;

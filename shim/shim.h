@@ -19,7 +19,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <signal.h>
+#include <sys/pidfd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -128,6 +130,7 @@ struct shim_state {
 	char self[PATH_MAX];           /* this library's path, for LD_PRELOAD */
 	uint32_t txn;                  /* 0 in the root: its own txn is taken lazily */
 	bool root;                     /* the session's first process (FTSBX_ROOT) */
+	bool created;                  /* this process created the session */
 	bool txn_fresh;                /* a tool call's child: J_TXN_BEGIN not written yet */
 	char **argv;                   /* this process's argv, from the constructor */
 	struct jsession s;
@@ -138,11 +141,16 @@ struct shim_state {
 };
 extern HIDDEN struct shim_state shim;
 HIDDEN int shim_segment(struct jseg **g);
+HIDDEN bool shim_session(void);
 /* Release the path locks a pre-change check took (after the real call). */
 HIDDEN void shim_unlock(void);
 HIDDEN void shim_say(const char *what, const char *path, int err, const char *why);
 HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
 		       const char *rule, int err);
+
+HIDDEN char *shim_getenv(const char *name);
+HIDDEN void shim_setenv(const char *name, const char *value);
+HIDDEN void shim_putenv(char *var);
 
 /* txn.c: transactions. */
 HIDDEN uint32_t shim_txn(void);
@@ -150,6 +158,22 @@ HIDDEN void txn_exec(char *const argv[]);
 HIDDEN uint32_t txn_for_spawn(char *const argv[]);
 HIDDEN void txn_spawned(pid_t pid, uint32_t txn);
 HIDDEN void txn_system_done(uint32_t txn, int status);
+
+/* guard.c: the policy. Each returns 0 (go on) or the errno that refuses;
+ * guard_write returns 1 for a path that is written but not journaled. */
+HIDDEN void guard_init(bool first);
+HIDDEN bool guard_active(void);        /* enforce mode: reads are judged */
+HIDDEN int guard_read(const char *p);
+HIDDEN int guard_write(const char *op, const char *p, mode_t type);
+HIDDEN int guard_exec(const char *file, char *const argv[]);
+HIDDEN int guard_signal(pid_t target, int sig);
+HIDDEN int guard_pidfd(int pidfd, int sig);
+HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len);
+HIDDEN bool guard_rewind_counts(int status, char *const argv[]);
+
+/* opaque.c: static, setuid and Go programs at exec. */
+struct policy;
+HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[]);
 
 /* exec.c: environment stickiness. */
 HIDDEN void env_capture(void);

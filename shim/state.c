@@ -42,6 +42,52 @@ HIDDEN void *shim_dlsym(const char *name)
 	return p;
 }
 
+extern char **environ;
+
+/* getenv and setenv of our own: a host program may define its own (bash
+ * does, and its versions know nothing before its main runs), and the
+ * shim's run before that. Reads scan environ; a set builds a new environ
+ * array (only in the constructor, where allocation is fine) holding a copy
+ * of NAME=VALUE. */
+HIDDEN char *shim_getenv(const char *name)
+{
+	size_t n = strlen(name);
+
+	for (char **e = environ; e && *e; e++)
+		if (!strncmp(*e, name, n) && (*e)[n] == '=')
+			return *e + n + 1;
+	return NULL;
+}
+
+/* Put the string VAR ("NAME=VALUE", which must stay valid) into environ. */
+HIDDEN void shim_putenv(char *var)
+{
+	size_t n = strcspn(var, "="), count = 0, k = 0;
+	char **arr;
+
+	for (char **e = environ; e && *e; e++)
+		count++;
+	arr = malloc((count + 2) * sizeof(*arr));
+	if (!arr)
+		return;
+	for (char **e = environ; e && *e; e++)
+		if (strncmp(*e, var, n) || (*e)[n] != '=')
+			arr[k++] = *e;
+	arr[k++] = var;
+	arr[k] = NULL;
+	environ = arr;  /* the old array stays: others may hold it */
+}
+
+HIDDEN void shim_setenv(const char *name, const char *value)
+{
+	char *var = malloc(strlen(name) + strlen(value) + 2);
+
+	if (!var)
+		return;
+	sprintf(var, "%s=%s", name, value);
+	shim_putenv(var);
+}
+
 /* Write a whole message to stderr with the real write (no stdio). */
 static void say_raw(const char *s)
 {
@@ -83,6 +129,20 @@ static void note_journal_dirs(void)
 
 /* Open the session on first use; open this process's segment on its first
  * record (again in a forked child). Called inside a hook. */
+/* The session, opened at the first need (not the segment). */
+HIDDEN bool shim_session(void)
+{
+	if (shim.session_open)
+		return true;
+	pthread_mutex_lock(&seg_lock);
+	if (!shim.session_open && !jsession_open(&shim.s, shim.journal, &(struct jsession_info){ 0 })) {
+		note_journal_dirs();
+		shim.session_open = true;
+	}
+	pthread_mutex_unlock(&seg_lock);
+	return shim.session_open;
+}
+
 /* This process's pid, kept by the atfork child handler instead of a
  * getpid() system call per change. */
 static pid_t my_pid;
@@ -151,7 +211,7 @@ static void atfork_child(void)
  * defaults to ~/.local/state). */
 static void default_journal(char *out, size_t n)
 {
-	const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	const char *state = shim_getenv("XDG_STATE_HOME"), *home = shim_getenv("HOME");
 	char stamp[32];
 	time_t t = time(NULL);
 	struct tm tm;
@@ -167,7 +227,7 @@ static void default_journal(char *out, size_t n)
 /* This library's path: the LD_PRELOAD entry that names it, else dladdr. */
 static void self_path(void)
 {
-	const char *pre = getenv("LD_PRELOAD");
+	const char *pre = shim_getenv("LD_PRELOAD");
 	Dl_info info;
 
 	for (const char *s = pre; s && *s;) {
@@ -188,13 +248,13 @@ static void self_path(void)
  * and its transaction and exports both to everything it starts. */
 static void start_session(void)
 {
-	const char *j = getenv("FTSBX_JOURNAL"), *t = getenv("FTSBX_TXN");
+	const char *j = shim_getenv("FTSBX_JOURNAL"), *t = shim_getenv("FTSBX_TXN");
 	char buf[PATH_MAX];
 
 	if (!j || !*j) {
 		default_journal(buf, sizeof(buf));
-		setenv("FTSBX_JOURNAL", buf, 1);
-		j = getenv("FTSBX_JOURNAL");
+		shim_setenv("FTSBX_JOURNAL", buf);
+		j = shim_getenv("FTSBX_JOURNAL");
 	}
 	if (path_abs(shim.journal, AT_FDCWD, j)) {
 		say_raw("ftsbx: FTSBX_JOURNAL is too long\n");
@@ -202,9 +262,9 @@ static void start_session(void)
 	}
 	shim.journal_len = strlen(shim.journal);
 	if (strcmp(j, shim.journal))
-		setenv("FTSBX_JOURNAL", shim.journal, 1);
+		shim_setenv("FTSBX_JOURNAL", shim.journal);
 	if (t && *t) {
-		const char *root = getenv("FTSBX_ROOT");
+		const char *root = shim_getenv("FTSBX_ROOT");
 		shim.txn = (uint32_t)strtoul(t, NULL, 10);
 		/* the root itself, after an exec (bash -c 'exec agent') */
 		if (root && (pid_t)strtol(root, NULL, 10) == getpid()) {
@@ -227,10 +287,11 @@ static void start_session(void)
 	shim.session_open = true;
 	note_journal_dirs();
 	shim.root = true;
+	shim.created = true;
 	shim.txn = 0;           /* the root's own transaction starts at its first change */
 	snprintf(buf, sizeof(buf), "%d", (int)getpid());
-	setenv("FTSBX_ROOT", buf, 1);
-	setenv("FTSBX_TXN", "0", 1);
+	shim_setenv("FTSBX_ROOT", buf);
+	shim_setenv("FTSBX_TXN", "0");
 }
 
 /* glibc passes argc, argv and envp to the constructors of shared objects. */
@@ -251,6 +312,7 @@ HIDDEN void shim_init(void)
 	shim_busy = true;
 	self_path();
 	start_session();
+	guard_init(shim.created);
 	env_capture();
 	pthread_atfork(NULL, NULL, atfork_child);
 	shim_busy = false;

@@ -108,7 +108,7 @@ static void root_cut(void)
 
 static bool not_a_tool_call(char *const argv[])
 {
-	const char *pats = getenv("FTSBX_NOT_TOOL_CALLS");
+	const char *pats = shim_getenv("FTSBX_NOT_TOOL_CALLS");
 	char line[4096];
 	size_t n = 0;
 
@@ -214,7 +214,7 @@ EXPORT pid_t fork(void)
 static void rewind_txn(uint32_t txn, int status)
 {
 	char tx[PATH_MAX], num[16], line[PATH_MAX + 256];
-	const char *env_tx = getenv("FTSBX_TXREPLAY");
+	const char *env_tx = shim_getenv("FTSBX_TXREPLAY");
 	char *env[512];
 	size_t k = 0;
 	int st = 0;
@@ -253,13 +253,6 @@ static void rewind_txn(uint32_t txn, int status)
 		return;
 }
 
-static bool rewind_on_failure(void)
-{
-	const char *v = getenv("FTSBX_ON_FAILURE");
-
-	return v && !strcmp(v, "rewind");
-}
-
 /* The root reaped PID with STATUS. */
 static void reaped(pid_t pid, int status)
 {
@@ -272,7 +265,7 @@ static void reaped(pid_t pid, int status)
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, t, pid, status, true);
-	if ((WIFSIGNALED(status) || WEXITSTATUS(status)) && rewind_on_failure())
+	if (guard_rewind_counts(status, NULL))
 		rewind_txn(t, status);
 	shim_busy = false;
 }
@@ -283,7 +276,7 @@ HIDDEN void txn_system_done(uint32_t txn, int status)
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, txn, 0, status, true);
-	if ((WIFSIGNALED(status) || WEXITSTATUS(status)) && rewind_on_failure())
+	if (guard_rewind_counts(status, NULL))
 		rewind_txn(txn, status);
 	shim_busy = false;
 }

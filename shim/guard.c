@@ -1,0 +1,305 @@
+/*
+ * guard.c - the policy in the shim (policy/policy.h): loaded once per
+ * session and shared, asked by the hooks, and the refusals reported.
+ *
+ * The session's root (each new root, when several runs share a journal)
+ * loads FTSBX_POLICY (or the built-in default) and writes the compiled block
+ * into the session directory (SESSION/policy-ROOTPID, never rewritten);
+ * every process below it maps that block (an open and an mmap) instead of
+ * parsing the INI again. A malformed policy stops the first process at start
+ * with "FILE:LINE: what is wrong": fail closed, never run unprotected.
+ * In audit mode a refusal is recorded and reported and the call goes on; in
+ * off mode nothing is asked.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "shim.h"
+#include "../policy/policy.h"
+
+static struct policy *pol;
+static struct policy mapped;
+static enum pmode mode = PM_OFF;
+
+static void fail_closed(const char *what)
+{
+	char line[1024];
+
+	snprintf(line, sizeof(line), "ftsbx: %s; nothing runs unprotected\n", what);
+	if (write(2, line, strlen(line)) < 0)
+		_exit(126);
+	_exit(126);
+}
+
+/* The first process: load, and leave the compiled block for the others. */
+static void load_and_publish(void)
+{
+	char err[1024], tmp[64];
+	const char *file = shim_getenv("FTSBX_POLICY");
+	const void *blob;
+	size_t n;
+	int fd;
+
+	if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
+		fail_closed(err);
+	policy_blob(pol, &blob, &n);
+	snprintf(tmp, sizeof(tmp), "policy-%d.new", (int)getpid());
+	fd = openat(shim.s.dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0400);
+	if (fd < 0 || write(fd, blob, n) != (ssize_t)n || close(fd) < 0)
+		fail_closed("cannot write the compiled policy into the session");
+	char name[64];
+	snprintf(name, sizeof(name), "policy-%d", (int)getpid());
+	if (renameat(shim.s.dirfd, tmp, shim.s.dirfd, name) < 0)
+		fail_closed("cannot write the compiled policy into the session");
+}
+
+/* A later process: map the block the first one left. */
+static void map_published(void)
+{
+	char err[1024];
+	int fd = -1;
+	struct stat st;
+	void *p;
+
+	const char *root = shim_getenv("FTSBX_ROOT");
+	char path[PATH_MAX + 32];
+
+	snprintf(path, sizeof(path), "%s/policy-%s", shim.journal, root ? root : "0");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {           /* a session of an older shim: load it here */
+		const char *file = shim_getenv("FTSBX_POLICY");
+		if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
+			fail_closed(err);
+		return;
+	}
+	if (fstat(fd, &st) < 0 || (p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+	    policy_from_blob(&mapped, p, (size_t)st.st_size))
+		fail_closed("the session's compiled policy is damaged");
+	close(fd);
+	pol = &mapped;
+}
+
+HIDDEN void guard_init(bool first)
+{
+	if (first)
+		load_and_publish();
+	else
+		map_published();
+	policy_set_journal(pol, shim.journal);
+	mode = policy_mode(pol);
+	if (policy_durability(pol) == PD_POWER)
+		shim.s.flags |= JS_DURABLE;
+}
+
+HIDDEN bool guard_active(void)
+{
+	return mode == PM_ENFORCE;
+}
+
+HIDDEN bool guard_audit(void)
+{
+	return mode == PM_AUDIT;
+}
+
+/* Report and record a refusal by RULE; 0 in audit mode (the call goes on),
+ * else ERR. */
+static int refuse(const char *op, const char *p, const char *p2, char *const *argv, const char *why, int err)
+{
+	shim_refuse(op, p, p2, argv, why, err);
+	return mode == PM_AUDIT ? 0 : err;
+}
+
+HIDDEN int guard_read(const char *p)
+{
+	const char *why = NULL;
+
+	if (mode == PM_OFF || policy_path(pol, p, false, &why) != PV_DENY)
+		return 0;
+	return refuse("read", p, NULL, NULL, why, EACCES);
+}
+
+/* 0: journal it; 1: allowed, not journaled (untracked); else the errno. */
+HIDDEN int guard_write(const char *op, const char *p, mode_t type)
+{
+	const char *why = NULL;
+	enum pverdict v;
+
+	if (mode == PM_OFF)
+		return 0;
+	v = policy_path_typed(pol, p, true, type, &why);
+	if (v == PV_UNTRACKED)
+		return 1;
+	if (v == PV_DENY)
+		return refuse(op, p, NULL, NULL, why, EACCES);
+	return 0;
+}
+
+/* A shell started with -c whose string the policy refuses for one of its
+ * simple commands (not for fetch-and-run, which no single exec shows): the
+ * shell may start, since it will exec that command through the shim, which
+ * refuses it there. The agent then sees the shell's own "Operation not
+ * permitted" and exit status, as from any failed command, instead of a shell
+ * that could not start at all. */
+static bool refused_only_inside(const char *file, char *const argv[], const char *why)
+{
+	char *cut[64];
+	int n = 0;
+	const char *w;
+
+	if (why && strstr(why, "fetch-and-run"))
+		return false;
+	for (; argv[n] && n < 63; n++) {
+		if (!strcmp(argv[n], "-c") || (argv[n][0] == '-' && argv[n][1] != '-' && strchr(argv[n], 'c')))
+			break;
+		cut[n] = argv[n];
+	}
+	if (!argv[n] || n == 63 || n == 0)
+		return false;
+	cut[n] = NULL;
+	return policy_exec(pol, file, cut, shim_getenv("PATH"), &w) != PV_DENY;
+}
+
+HIDDEN int guard_exec(const char *file, char *const argv[])
+{
+	const char *why = NULL;
+
+	if (mode == PM_OFF || !argv)
+		return 0;
+	if (file && !strchr(file, '/'))
+		file = NULL;            /* found through PATH, as execvp would */
+	if (policy_exec(pol, file, argv, shim_getenv("PATH"), &why) != PV_DENY ||
+	    refused_only_inside(file, argv, why))
+		return mode == PM_ENFORCE ? opaque_exec(pol, file, argv) : 0;
+	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
+}
+
+/* Was PID started under this session? Its initial environment (which the
+ * shim keeps sticky) names our root: true even for an orphan that init or a
+ * subreaper adopted. */
+static bool started_here(pid_t pid, const char *root)
+{
+	char path[64], want[48], buf[65536];
+	ssize_t n;
+	size_t wl;
+	int fd;
+
+	if (!root)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	wl = (size_t)snprintf(want, sizeof(want), "FTSBX_ROOT=%s", root) + 1;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	for (ssize_t i = 0; n > 0 && i + (ssize_t)wl <= n; i++)
+		if ((i == 0 || buf[i - 1] == 0) && !memcmp(buf + i, want, wl))
+			return true;
+	return false;
+}
+
+/* Is PID a process of this session (the root, below it, or started by it)? */
+static bool in_session(pid_t pid)
+{
+	const char *r = shim_getenv("FTSBX_ROOT");
+	pid_t root = r ? (pid_t)strtol(r, NULL, 10) : 0;
+
+	if (pid > 1 && started_here(pid, r))
+		return true;
+
+	for (int depth = 0; depth < 64 && pid > 1; depth++) {
+		char path[64], buf[512];
+		ssize_t n;
+		int fd;
+
+		if (pid == root || pid == shim_pid())
+			return true;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return false;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			return false;
+		buf[n] = 0;
+		const char *e = strrchr(buf, ')');      /* comm may hold spaces */
+		int ppid;
+		if (!e || sscanf(e + 1, " %*c %d", &ppid) != 1)
+			return false;
+		pid = ppid;
+	}
+	return false;
+}
+
+HIDDEN int guard_signal(pid_t target, int sig)
+{
+	const char *why = NULL;
+	bool in;
+	char what[48];
+
+	if (mode == PM_OFF || sig == 0)
+		return 0;
+	in = target == 0 || (target > 0 && in_session(target)) || (target < -1 && in_session(-target));
+	if (policy_signal(pol, target, sig, in, &why) != PV_DENY)
+		return 0;
+	snprintf(what, sizeof(what), "kill %d %d", sig, (int)target);
+	return refuse("signal", what, NULL, NULL, why, EPERM);
+}
+
+/* pidfd_send_signal: the target is the pid behind the descriptor. */
+HIDDEN int guard_pidfd(int pidfd, int sig)
+{
+	char path[64], buf[1024];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;       /* not a descriptor: the call fails itself */
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	p = strstr(buf, "\nPid:");
+	if (p)
+		return guard_signal((pid_t)strtol(p + 5, NULL, 10), sig);
+	/* a /proc/PID directory descriptor works as a pidfd too (killall) */
+	char target[PATH_MAX];
+	if (path_fd(target, pidfd) == 0 && !strncmp(target, "/proc/", 6) && target[6] >= '1' && target[6] <= '9')
+		return guard_signal((pid_t)strtol(target + 6, NULL, 10), sig);
+	return 0;
+}
+
+HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)
+{
+	const char *why = NULL;
+
+	if (mode == PM_OFF || !sa)
+		return 0;
+	if (policy_connect(pol, sa, len, &why) != PV_DENY)
+		return 0;
+	return refuse("connect", "socket", NULL, NULL, why, EPERM);
+}
+
+/* Does a tool call that ended with STATUS get rewound? The policy's [rewind]
+ * on_failure says which failures count; FTSBX_ON_FAILURE=rewind asks for
+ * nonzero and signal when the policy says none, =keep turns it off. */
+HIDDEN bool guard_rewind_counts(int status, char *const argv[])
+{
+	const char *env = shim_getenv("FTSBX_ON_FAILURE");
+	unsigned on = mode == PM_OFF ? 0 : policy_rewind_on(pol);
+
+	if (env && !strcmp(env, "keep"))
+		return false;
+	if (!on && env && !strcmp(env, "rewind"))
+		on = PR_NONZERO | PR_SIGNAL;
+
+	if (argv && mode != PM_OFF && policy_rewind_exempt(pol, argv))
+		return false;
+	if (WIFSIGNALED(status))
+		return on & PR_SIGNAL;
+	return WIFEXITED(status) && WEXITSTATUS(status) && (on & PR_NONZERO);
+}

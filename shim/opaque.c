@@ -1,0 +1,171 @@
+/*
+ * opaque.c - programs the shim cannot see into, found at exec by looking at
+ * the ELF file: static binaries (no PT_INTERP: no preloading at all),
+ * set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD for
+ * them) and Go programs (their runtime makes system calls itself, even when
+ * linked dynamically: a Go build-ID note). The policy says what to do
+ * ([programs]): refuse, or allow with a warning and a record; allowed ones
+ * are confined to the writable roots by Landlock where the kernel has it,
+ * so that they cannot write anywhere else. Landlock cannot except a
+ * directory inside a root, so keep the journal outside the writable roots
+ * (the default, ~/.local/state, is).
+ */
+#include <elf.h>
+#include <linux/landlock.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "shim.h"
+#include "../policy/policy.h"
+
+/* FILE as execvp would find it, into OUT (false when not found). */
+static bool find_program(const char *file, char out[PATH_MAX])
+{
+	const char *path = shim_getenv("PATH");
+
+	if (!file || !*file)
+		return false;
+	if (strchr(file, '/')) {
+		snprintf(out, PATH_MAX, "%s", file);
+		return true;
+	}
+	for (const char *s = path ? path : "/usr/local/bin:/usr/bin:/bin"; *s;) {
+		size_t n = strcspn(s, ":");
+		if (n && n + strlen(file) + 2 < PATH_MAX) {
+			memcpy(out, s, n);
+			out[n] = '/';
+			strcpy(out + n + 1, file);
+			if (access(out, X_OK) == 0)
+				return true;
+		}
+		s += n + (s[n] == ':');
+	}
+	return false;
+}
+
+/* What kind of opaque program PATH is, or -1. */
+static int opaque_kind(const char *path)
+{
+	unsigned char buf[8192];
+	Elf64_Ehdr eh;
+	struct stat st;
+	bool interp = false, go = false;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	n = pread(fd, buf, sizeof(buf), 0);
+	close(fd);
+	if (st.st_mode & (S_ISUID | S_ISGID))
+		return PO_SETUID;
+	if (n < (ssize_t)sizeof(eh) || memcmp(buf, ELFMAG, SELFMAG) || buf[EI_CLASS] != ELFCLASS64)
+		return -1;      /* a script, or another class: the interpreter is checked */
+	memcpy(&eh, buf, sizeof(eh));
+	for (int i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+		size_t off = eh.e_phoff + (size_t)i * sizeof(ph);
+		if (off + sizeof(ph) > (size_t)n)
+			break;
+		memcpy(&ph, buf + off, sizeof(ph));
+		if (ph.p_type == PT_INTERP)
+			interp = true;
+		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz <= (size_t)n) {
+			/* the Go build ID: a note named "Go" */
+			for (size_t o = ph.p_offset; o + 12 <= ph.p_offset + ph.p_filesz;) {
+				Elf64_Nhdr nh;
+				memcpy(&nh, buf + o, sizeof(nh));
+				if (nh.n_namesz == 3 && o + 15 <= (size_t)n && !memcmp(buf + o + 12, "Go", 3))
+					go = true;
+				o += 12 + ((nh.n_namesz + 3) & ~3u) + ((nh.n_descsz + 3) & ~3u);
+			}
+		}
+	}
+	return !interp && eh.e_type == ET_EXEC ? PO_STATIC : go ? PO_GO : -1;
+}
+
+static const char *const kind_name[PO_KINDS] = {
+	[PO_STATIC] = "a static binary", [PO_SETUID] = "a set-user-ID program",
+	[PO_GO] = "a Go program", [PO_LDSO] = "the dynamic loader run as a program",
+};
+
+/* Confine this process (about to exec) to the writable roots. */
+static bool landlock_roots(const struct policy *pol)
+{
+	struct landlock_ruleset_attr attr = {
+		.handled_access_fs = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+				     LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+				     LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+				     LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+				     LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM,
+	};
+	int abi = (int)syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	int rs, ok = 1;
+
+	if (abi < 1)
+		return false;
+	if (abi >= 2)
+		attr.handled_access_fs |= LANDLOCK_ACCESS_FS_REFER;
+#ifdef LANDLOCK_ACCESS_FS_TRUNCATE
+	if (abi >= 3)
+		attr.handled_access_fs |= LANDLOCK_ACCESS_FS_TRUNCATE;
+#endif
+	rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
+	if (rs < 0)
+		return false;
+	for (size_t i = 0; ; i++) {
+		const char *root = policy_root(pol, i);
+		struct landlock_path_beneath_attr pb = { .allowed_access = attr.handled_access_fs };
+		if (!root)
+			break;
+		pb.parent_fd = open(root, O_PATH | O_CLOEXEC);
+		if (pb.parent_fd < 0)
+			continue;
+		syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
+		close(pb.parent_fd);
+	}
+	/* terminals and /dev/null stay writable */
+	struct landlock_path_beneath_attr dev = { .allowed_access = LANDLOCK_ACCESS_FS_WRITE_FILE };
+	dev.parent_fd = open("/dev", O_PATH | O_CLOEXEC);
+	if (dev.parent_fd >= 0) {
+		syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &dev, 0);
+		close(dev.parent_fd);
+	}
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_landlock_restrict_self, rs, 0) < 0)
+		ok = 0;
+	close(rs);
+	return ok;
+}
+
+/* Before an exec of FILE (ARGV): 0 to go on, or the errno that refuses. */
+HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[])
+{
+	char path[PATH_MAX], why[PATH_MAX + 160];
+	int kind;
+
+	if (!find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
+		return 0;
+	kind = opaque_kind(path);
+	if (kind < 0)
+		return 0;
+	if (policy_opaque(pol, kind) == PO_REFUSE) {
+		snprintf(why, sizeof(why), "[programs] %s: the shim cannot see into %s",
+			 kind == PO_STATIC ? "static" : kind == PO_SETUID ? "setuid" : "go", kind_name[kind]);
+		return shim_refuse("exec", path, NULL, argv, why, EPERM);
+	}
+	bool confined = policy_landlock(pol) != PL_OFF && landlock_roots(pol);
+	if (!confined && policy_landlock(pol) == PL_REQUIRE)
+		return shim_refuse("exec", path, NULL, argv, "[policy] landlock = on, but the kernel has none",
+				   EPERM);
+	snprintf(why, sizeof(why), "ftsbx: warning: '%s' is %s: its changes are not journaled%s\n", path,
+		 kind_name[kind], confined ? "; confined to the writable roots by Landlock" : "");
+	if (write(2, why, strlen(why)) < 0)
+		return 0;
+	return 0;
+}
