@@ -187,14 +187,16 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "ftsbx: cannot find the shim '%s': %s\n", lib, strerror(errno));
 		return 1;
 	}
-	if (prepare_env(lib, journal, policy, calls))
-		return 1;
 	pid = fork();
 	if (pid < 0) {
 		fprintf(stderr, "ftsbx: cannot fork: %s\n", strerror(errno));
 		return 1;
 	}
 	if (pid == 0) {
+		/* only the session's root gets the shim: ftsbx (and the txreplay
+		 * it may run afterwards) stay unwrapped */
+		if (prepare_env(lib, journal, policy, calls))
+			_exit(126);
 		execvp(argv[i + 1], argv + i + 1);
 		fprintf(stderr, "ftsbx: cannot run '%s': %s\n", argv[i + 1], strerror(errno));
 		_exit(127);

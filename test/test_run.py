@@ -1,0 +1,62 @@
+"""ftsbx run: a command as a session under the shim, its exit status passed
+through, the whole session rewound on failure when asked, the chain heads
+kept beside the journal, one summary line."""
+import os
+import subprocess
+
+from conftest import BUILD, assert_same, populate, snapshot
+
+FTSBX = os.path.join(BUILD, "ftsbx")
+
+
+def run(tmp_path, *args):
+    ws = tmp_path / "ws"
+    env = dict(os.environ, HOME=str(tmp_path))
+    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL"):
+        env.pop(k, None)
+    return subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), *args], cwd=ws, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def make_ws(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    populate(os.fsencode(ws))
+    return ws
+
+
+def test_run_passes_the_exit_status_through_and_keeps_the_changes(tmp_path):
+    ws = make_ws(tmp_path)
+    r = run(tmp_path, "--", "bash", "-c", "echo new > made.txt; exit 7")
+    assert r.returncode == 7
+    assert (ws / "made.txt").read_text() == "new\n"
+    assert "ftsbx: exit 7;" in r.stderr and str(tmp_path / "j") in r.stderr
+
+
+def test_run_rewinds_the_session_when_the_command_fails(tmp_path):
+    ws = make_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    r = run(tmp_path, "--on-failure", "rewind", "--", "bash", "-c", "rm -rf sub; echo x >> a.txt; exit 3")
+    assert r.returncode == 3, r.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+def test_run_keeps_a_successful_session_and_stores_the_chain_heads(tmp_path):
+    ws = make_ws(tmp_path)
+    r = run(tmp_path, "--on-failure", "rewind", "--", "bash", "-c", "echo y > kept.txt")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "kept.txt").exists()
+    heads = (tmp_path / "j.heads").read_text().split("\n")
+    assert any(line.startswith("log/") and len(line.split()[1]) == 64 for line in heads if line)
+
+
+def test_run_death_by_signal_is_128_plus_the_signal(tmp_path):
+    make_ws(tmp_path)
+    r = run(tmp_path, "--", "bash", "-c", "kill -TERM $$")
+    assert r.returncode == 128 + 15
+
+
+def test_run_usage_errors_exit_2(tmp_path):
+    make_ws(tmp_path)
+    assert run(tmp_path).returncode == 2
+    assert run(tmp_path, "--on-failure", "maybe", "--", "true").returncode == 2
