@@ -8,7 +8,8 @@ STEPS = [
     ("shell", "sed -i 's/return a + b/return a + b  # checked/' src/calc.py"),
     ("write", ("NOTES.md", "todo: add subtraction\n")),
     ("shell", "rm -rf src"),                                   # a destructive mistake
-    ("shell", "rm -rf \"$FTSBX_JOURNAL\""),                    # try to erase its own history
+    ("shell", "git push --force origin main"),                 # refused: rewrites remote history
+    ("shell", "rm -rf \"$FTSBX_JOURNAL\""),                    # refused: erase its own history
     ("shell", "echo 'def sub(a, b): return a - b' >> tests/test_calc.py; exit 1"),  # fails
     ("shell", "cat tests/test_calc.py | tail -1"),
 ]
