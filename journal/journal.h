@@ -48,6 +48,10 @@ struct jsession_info {
  * -EPROTONOSUPPORT for another format version. */
 int  jsession_open(struct jsession *s, const char *dir, const struct jsession_info *info);
 void jsession_close(struct jsession *s);
+/* The default session directory (when FTSBX_JOURNAL is unset):
+ * XDG_STATE/ftsbx/sessions/YYYYmmdd-HHMMSS-PID, XDG_STATE defaulting to
+ * HOME/.local/state. The caller passes the two variables. */
+void jsession_default_dir(char *out, size_t n, const char *xdg_state, const char *home);
 /* Free the session's reserved space (for rewind marks on a full disk). */
 int  jsession_release_reserve(struct jsession *s);
 /* Fresh numbers from the shared counters. */

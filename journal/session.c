@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "internal.h"
 
@@ -289,4 +290,18 @@ uint64_t jsession_next_seq(struct jsession *s)
 uint32_t jsession_next_txn(struct jsession *s)
 {
 	return (uint32_t)__atomic_add_fetch(&s->ctr[1], 1, __ATOMIC_SEQ_CST);
+}
+
+void jsession_default_dir(char *out, size_t n, const char *xdg_state, const char *home)
+{
+	char stamp[32];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", gmtime_r(&t, &tm));
+	if (xdg_state && *xdg_state == '/')
+		snprintf(out, n, "%s/ftsbx/sessions/%s-%d", xdg_state, stamp, (int)getpid());
+	else
+		snprintf(out, n, "%s/.local/state/ftsbx/sessions/%s-%d", home && *home ? home : "/tmp", stamp,
+			 (int)getpid());
 }

@@ -206,23 +206,6 @@ static void atfork_child(void)
 	my_pid = getpid();
 }
 
-/* The default session directory when FTSBX_JOURNAL is unset:
- * $XDG_STATE_HOME/ftsbx/sessions/YYYYmmdd-HHMMSS-PID (XDG_STATE_HOME
- * defaults to ~/.local/state). */
-static void default_journal(char *out, size_t n)
-{
-	const char *state = shim_getenv("XDG_STATE_HOME"), *home = shim_getenv("HOME");
-	char stamp[32];
-	time_t t = time(NULL);
-	struct tm tm;
-
-	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", gmtime_r(&t, &tm));
-	if (state && *state == '/')
-		snprintf(out, n, "%s/ftsbx/sessions/%s-%d", state, stamp, (int)getpid());
-	else
-		snprintf(out, n, "%s/.local/state/ftsbx/sessions/%s-%d", home && *home ? home : "/tmp",
-			 stamp, (int)getpid());
-}
 
 /* This library's path: the LD_PRELOAD entry that names it, else dladdr. */
 static void self_path(void)
@@ -252,7 +235,7 @@ static void start_session(void)
 	char buf[PATH_MAX];
 
 	if (!j || !*j) {
-		default_journal(buf, sizeof(buf));
+		jsession_default_dir(buf, sizeof(buf), shim_getenv("XDG_STATE_HOME"), shim_getenv("HOME"));
 		shim_setenv("FTSBX_JOURNAL", buf);
 		j = shim_getenv("FTSBX_JOURNAL");
 	}

@@ -50,20 +50,6 @@ static void sibling(char *out, size_t n, const char *name)
 		out[0] = 0;
 }
 
-static void default_journal(char *out, size_t n)
-{
-	const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-	char stamp[32];
-	time_t t = time(NULL);
-	struct tm tm;
-
-	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", gmtime_r(&t, &tm));
-	if (state && *state == '/')
-		snprintf(out, n, "%s/ftsbx/sessions/%s-%d", state, stamp, (int)getpid());
-	else
-		snprintf(out, n, "%s/.local/state/ftsbx/sessions/%s-%d", home && *home ? home : "/tmp", stamp,
-			 (int)getpid());
-}
 
 static int set(const char *k, const char *v)
 {
@@ -178,7 +164,7 @@ int cmd_run(int argc, char **argv)
 			return 1;
 		}
 	} else {
-		default_journal(journal, sizeof(journal));
+		jsession_default_dir(journal, sizeof(journal), getenv("XDG_STATE_HOME"), getenv("HOME"));
 	}
 	sibling(lib, sizeof(lib), "libftsbx.so");
 	if (getenv("FTSBX_LIB"))
