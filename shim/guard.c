@@ -88,6 +88,12 @@ HIDDEN void guard_init(bool first)
 		map_published();
 	policy_set_journal(pol, shim.journal);
 	mode = policy_mode(pol);
+	/* The root confines the whole session in the kernel too: static
+	 * binaries and raw system calls cannot write outside the writable
+	 * roots either. Every process below inherits the domain. */
+	if (first && mode == PM_ENFORCE && policy_landlock(pol) != PL_OFF &&
+	    !landlock_roots(pol, shim.journal) && policy_landlock(pol) == PL_REQUIRE)
+		fail_closed("[policy] landlock = on, but the kernel has no Landlock");
 	if (policy_durability(pol) == PD_POWER)
 		shim.s.flags |= JS_DURABLE;
 }

@@ -95,8 +95,20 @@ static const char *const kind_name[PO_KINDS] = {
 	[PO_GO] = "a Go program", [PO_LDSO] = "the dynamic loader run as a program",
 };
 
-/* Confine this process (about to exec) to the writable roots. */
-static bool landlock_roots(const struct policy *pol)
+static void allow_beneath(int rs, const char *dir, uint64_t access)
+{
+	struct landlock_path_beneath_attr pb = { .allowed_access = access };
+
+	pb.parent_fd = open(dir, O_PATH | O_CLOEXEC);
+	if (pb.parent_fd < 0)
+		return;
+	syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
+	close(pb.parent_fd);
+}
+
+/* Confine this process and everything it starts to the writable roots
+ * (and the journal, when JOURNAL is not NULL: the shim writes it). */
+HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 {
 	struct landlock_ruleset_attr attr = {
 		.handled_access_fs = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
@@ -119,24 +131,14 @@ static bool landlock_roots(const struct policy *pol)
 	rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
 	if (rs < 0)
 		return false;
-	for (size_t i = 0; ; i++) {
-		const char *root = policy_root(pol, i);
-		struct landlock_path_beneath_attr pb = { .allowed_access = attr.handled_access_fs };
-		if (!root)
-			break;
-		pb.parent_fd = open(root, O_PATH | O_CLOEXEC);
-		if (pb.parent_fd < 0)
-			continue;
-		syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
-		close(pb.parent_fd);
-	}
-	/* terminals and /dev/null stay writable */
-	struct landlock_path_beneath_attr dev = { .allowed_access = LANDLOCK_ACCESS_FS_WRITE_FILE };
-	dev.parent_fd = open("/dev", O_PATH | O_CLOEXEC);
-	if (dev.parent_fd >= 0) {
-		syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &dev, 0);
-		close(dev.parent_fd);
-	}
+	for (size_t i = 0; policy_root(pol, i); i++)
+		allow_beneath(rs, policy_root(pol, i), attr.handled_access_fs);
+	if (journal)
+		allow_beneath(rs, journal, attr.handled_access_fs);
+	/* terminals, /dev/null, /dev/shm and a process's own /proc files stay writable */
+	allow_beneath(rs, "/dev", LANDLOCK_ACCESS_FS_WRITE_FILE);
+	allow_beneath(rs, "/dev/shm", attr.handled_access_fs);
+	allow_beneath(rs, "/proc", LANDLOCK_ACCESS_FS_WRITE_FILE);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_landlock_restrict_self, rs, 0) < 0)
 		ok = 0;
 	close(rs);
@@ -159,7 +161,7 @@ HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const a
 			 kind == PO_STATIC ? "static" : kind == PO_SETUID ? "setuid" : "go", kind_name[kind]);
 		return shim_refuse("exec", path, NULL, argv, why, EPERM);
 	}
-	bool confined = policy_landlock(pol) != PL_OFF && landlock_roots(pol);
+	bool confined = policy_landlock(pol) != PL_OFF && landlock_roots(pol, NULL);
 	if (!confined && policy_landlock(pol) == PL_REQUIRE)
 		return shim_refuse("exec", path, NULL, argv, "[policy] landlock = on, but the kernel has none",
 				   EPERM);

@@ -174,6 +174,7 @@ HIDDEN bool guard_rewind_counts(int status, char *const argv[]);
 /* opaque.c: static, setuid and Go programs at exec. */
 struct policy;
 HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[]);
+HIDDEN bool landlock_roots(const struct policy *pol, const char *journal);
 
 /* exec.c: environment stickiness. */
 HIDDEN void env_capture(void);

@@ -167,6 +167,8 @@ int cmd_run(int argc, char **argv)
 		jsession_default_dir(journal, sizeof(journal), getenv("XDG_STATE_HOME"), getenv("HOME"));
 	}
 	sibling(lib, sizeof(lib), "libftsbx.so");
+	if (access(lib, R_OK) < 0)
+		sibling(lib, sizeof(lib), "../lib/ftsbx/libftsbx.so");   /* make install */
 	if (getenv("FTSBX_LIB"))
 		snprintf(lib, sizeof(lib), "%s", getenv("FTSBX_LIB"));
 	if (access(lib, R_OK) < 0) {

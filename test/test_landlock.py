@@ -1,0 +1,78 @@
+"""Landlock: the session's root confines the whole session in the kernel to
+the writable roots, so that a raw system call (no libc, no hook) and a
+static binary cannot write outside them either."""
+import ctypes
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD
+
+SHIM = os.path.join(BUILD, "libftsbx.so")
+
+RAW = r"""
+#include <fcntl.h>
+#include <stdio.h>
+/* openat(AT_FDCWD, argv[1], O_WRONLY|O_CREAT, 0644) by the syscall instruction itself */
+int main(int argc, char **argv)
+{
+	long r;
+	register long r10 __asm__("r10") = 0644;
+	__asm__ volatile("syscall" : "=a"(r) : "0"(257L), "D"((long)AT_FDCWD), "S"(argv[1]),
+			 "d"((long)(O_WRONLY | O_CREAT)), "r"(r10) : "rcx", "r11", "memory");
+	printf("%ld\n", r);
+	return 0;
+}
+"""
+
+
+def landlock_available():
+    """The kernel's Landlock ABI version (landlock_create_ruleset with
+    LANDLOCK_CREATE_RULESET_VERSION), > 0 where Landlock is on."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(444, None, 0, 1) > 0
+
+
+@pytest.fixture
+def scratch_policy(tmp_path):
+    ws, outside = tmp_path / "ws", tmp_path / "system"
+    ws.mkdir()
+    outside.mkdir()
+    pol = tmp_path / "policy.ini"
+    pol.write_text(f"[paths]\nwritable = {ws}\n")
+    raw = tmp_path / "raw"
+    subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(raw)], input=RAW.encode(), check=True)
+    return ws, outside, pol, raw
+
+
+def run(ws, pol, tmp_path, script):
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), FTSBX_POLICY=str(pol),
+               HOME=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
+        env.pop(k, None)
+    return subprocess.run(["bash", "-c", script], cwd=ws, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_a_raw_system_call_cannot_write_outside_the_writable_roots(scratch_policy, tmp_path):
+    ws, outside, pol, raw = scratch_policy
+    r = run(ws, pol, tmp_path, f"{raw} {outside}/raw-file; {raw} {ws}/inside-file")
+    out = r.stdout.split()
+    assert out[0] == "-13", r.stdout + r.stderr        # -EACCES from the kernel
+    assert int(out[1]) >= 0, r.stdout + r.stderr
+    assert not (outside / "raw-file").exists()
+    assert (ws / "inside-file").exists()
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_a_static_binary_cannot_write_outside_the_writable_roots(scratch_policy, tmp_path):
+    ws, outside, pol, raw = scratch_policy
+    busybox = "/bin/busybox" if os.path.exists("/bin/busybox") else "/usr/bin/busybox"
+    if not os.path.exists(busybox):
+        pytest.skip("no busybox")
+    r = run(ws, pol, tmp_path, f"{busybox} touch {outside}/bb-file; {busybox} touch {ws}/bb-inside")
+    assert not (outside / "bb-file").exists(), r.stderr
+    assert (ws / "bb-inside").exists(), r.stderr
+    assert "static binary" in r.stderr
