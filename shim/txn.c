@@ -223,9 +223,13 @@ static void rewind_txn(uint32_t txn, int status)
 	if (env_tx && *env_tx) {
 		snprintf(tx, sizeof(tx), "%s", env_tx);
 	} else {
+		/* beside the shim (build/), else PREFIX/bin for PREFIX/lib/ftsbx/ */
 		snprintf(tx, sizeof(tx), "%s", shim.self);
 		char *slash = strrchr(tx, '/');
-		snprintf(slash ? slash + 1 : tx, sizeof(tx) - (size_t)(slash ? slash + 1 - tx : 0), "txreplay");
+		size_t room = sizeof(tx) - (size_t)(slash ? slash + 1 - tx : 0);
+		snprintf(slash ? slash + 1 : tx, room, "txreplay");
+		if (access(tx, X_OK) < 0)
+			snprintf(slash ? slash + 1 : tx, room, "../../bin/txreplay");
 	}
 	snprintf(num, sizeof(num), "%u", txn);
 	for (char **e = environ; e && *e && k + 1 < sizeof(env) / sizeof(env[0]); e++)
