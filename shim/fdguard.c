@@ -141,26 +141,18 @@ static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 	return real(fd, cmd, arg);
 }
 
-EXPORT int fcntl(int fd, int cmd, ...)
-{
-	va_list ap;
-	void *arg;
-
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
-	shim_ensure();
-	return fcntl_hook(REAL(fcntl), fd, cmd, arg);
-}
-
-EXPORT int fcntl64(int fd, int cmd, ...)
-{
-	va_list ap;
-	void *arg;
-
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
-	shim_ensure();
-	return fcntl_hook(REAL(fcntl64), fd, cmd, arg);
-}
+/* fcntl and fcntl64: the third argument, when there is one, is an int or a
+ * pointer; passing it on as a pointer is what glibc's own wrapper does. */
+#define FCNTL_HOOK(name)                                          \
+	EXPORT int name(int fd, int cmd, ...)                     \
+	{                                                         \
+		va_list ap;                                       \
+		void *arg;                                        \
+		va_start(ap, cmd);                                \
+		arg = va_arg(ap, void *);                         \
+		va_end(ap);                                       \
+		shim_ensure();                                    \
+		return fcntl_hook(REAL(name), fd, cmd, arg);      \
+	}
+FCNTL_HOOK(fcntl)
+FCNTL_HOOK(fcntl64)

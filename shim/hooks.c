@@ -192,19 +192,29 @@ HIDDEN void shim_unlock(void)
 /* Journal the change OP of the absolute path P. LOCK: hold P's locks
  * until the real call returns (not for a call that may block: an open of
  * a fifo or a device). */
-static int capture(const char *p, enum jcap_op op, bool lock)
+/* This process's segment for a change of P, with P's locks taken when
+ * LOCK: 1 (go on, *G set), 0 (P is untracked: nothing to journal), or
+ * -errno. */
+static int begin_change(const char *p, bool lock, struct jseg **g)
 {
-	struct jseg *g;
 	int err;
 
 	if (untracked(p))
 		return 0;
-	err = shim_segment(&g);
+	err = shim_segment(g);
 	if (err)
 		return err;
 	if (lock)
-		lock_paths(g, p, NULL);
-	return jcap_path(g, shim_txn(), p, op);
+		lock_paths(*g, p, NULL);
+	return 1;
+}
+
+static int capture(const char *p, enum jcap_op op, bool lock)
+{
+	struct jseg *g;
+	int err = begin_change(p, lock, &g);
+
+	return err <= 0 ? err : jcap_path(g, shim_txn(), p, op);
 }
 
 static int refuse_unjournaled(const char *p, int err);
@@ -214,14 +224,10 @@ static int refuse_unjournaled(const char *p, int err);
 static int capture_remove(const char *p, bool file_only)
 {
 	struct jseg *g;
-	int err;
+	int err = begin_change(p, true, &g);
 
-	if (untracked(p))
-		return 0;
-	err = shim_segment(&g);
-	if (err)
-		return refuse_unjournaled(p, err);
-	lock_paths(g, p, NULL);
+	if (err <= 0)
+		return err ? refuse_unjournaled(p, err) : 0;
 	if (file_only) {
 		err = jcap_unlink(g, shim_txn(), p);
 		if (err == 1)
