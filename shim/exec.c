@@ -210,7 +210,10 @@ static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[])
 		return -1;
 	}
 	txn_exec(argv);
-	record_exec(path, argv, 0);
+	/* execvp-style callers (Python's subprocess) try every PATH entry in
+	 * turn: record the start of a program, not each miss */
+	if (!path || !strchr(path, '/') || access(path, F_OK) == 0)
+		record_exec(path, argv, 0);
 	return 1;
 }
 

@@ -29,7 +29,9 @@ say "the agent runs, wrapped: LD_PRELOAD=libftsbx.so FTSBX_ON_FAILURE=rewind pyt
 say "the transactions: one per tool call (txreplay list)"
 $T list "$J"
 say "the forensic timeline, changes and refusals (txreplay log)"
-$T log "$J" | grep -v ' segment \| exec \| session \| rewound \| undoing ' || true
+$T log "$J" | awk '$7 !~ /^(segment|exec|session|rewound|undoing)$/'
+say "the programs the tool calls ran (txreplay log, exec records)"
+$T log "$J" | awk '$7 == "exec"' | head -12
 say "verify: every record, its checksum, the hash chain and every saved pre-image"
 $T verify "$J"
 mistake=$($T list "$J" --json | /usr/bin/python3 -c '
