@@ -806,6 +806,8 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 
 	if (lstat(from, &st) < 0)
 		return errno == ENOENT ? 0 : -errno;    /* the call fails too */
+	if ((flags & RENAME_EXCHANGE) && lstat(to, &tst) < 0)
+		return errno == ENOENT ? 0 : -errno;    /* an exchange needs both */
 	dedup_bump(g->s);
 	if (!(flags & (RENAME_EXCHANGE | RENAME_NOREPLACE))) {
 		if (lstat(to, &tst) == 0)

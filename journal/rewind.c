@@ -175,7 +175,7 @@ static void index_records(struct rw *w)
 		} else if (c->type == J_UNDOING && c->f[F_INODE].present && c->f[F_INODE].n == 16) {
 			/* an undo began here; if its run was killed before
 			 * the mark, the inode's ctime is that run's own */
-			kt_put(&w->undoing, c->f[F_INODE].p, 16, c->time_ns);
+			kt_max(kt_put(&w->undoing, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
 		}
 		else if (c->type == J_TXN_END)
 			kt_max(nt_put(&w->ends, c->txn, c->time_ns), c->time_ns);

@@ -601,6 +601,8 @@ static int undo_rename(struct undo *u)
 	if (!strcmp(u->path, u->path2))
 		return 1;               /* a rename onto itself changes nothing */
 	if (flags & RENAME_EXCHANGE) {
+		if (lstat(u->path2, &cur) < 0 && errno == ENOENT)
+			return 1;       /* no second name: the exchange itself failed */
 		if (renameat2(AT_FDCWD, u->path2, AT_FDCWD, u->path, RENAME_EXCHANGE) < 0)
 			return fail(u, -errno, "exchange back", u->path2);
 		return 0;

@@ -211,7 +211,7 @@ def initial_tree(ws):
 REWIND_MODES = ["all", "txn-by-txn", "killed-then-resumed"]
 
 
-@settings(max_examples=1000 if LONG else 40, deadline=None, database=None,
+@settings(max_examples=1000 if LONG else 40, deadline=None, database=None, derandomize=not LONG,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(st.data())

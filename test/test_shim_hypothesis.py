@@ -86,7 +86,7 @@ for op in %r:
 """
 
 
-@settings(max_examples=500 if LONG else 25, deadline=None, database=None,
+@settings(max_examples=500 if LONG else 25, deadline=None, database=None, derandomize=not LONG,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(programs())
 def test_random_operations_rewind_exactly(ops):
