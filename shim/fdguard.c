@@ -46,7 +46,8 @@ EXPORT int close(int fd)
 	return REAL(close)(fd);
 }
 
-EXPORT int dup2(int a, int b)
+/* Before a dup of A onto B: move ours away from B, forget B's path. */
+static void before_dup_onto(int a, int b)
 {
 	shim_ensure();
 	if (shim_ready && a != b && is_ours(b)) {
@@ -55,18 +56,17 @@ EXPORT int dup2(int a, int b)
 		errno = e;
 	}
 	fdcache_drop(b);
+}
+
+EXPORT int dup2(int a, int b)
+{
+	before_dup_onto(a, b);
 	return REAL(dup2)(a, b);
 }
 
 EXPORT int dup3(int a, int b, int fl)
 {
-	shim_ensure();
-	if (shim_ready && a != b && is_ours(b)) {
-		int e = errno;
-		move_ours(b);
-		errno = e;
-	}
-	fdcache_drop(b);
+	before_dup_onto(a, b);
 	return REAL(dup3)(a, b, fl);
 }
 
