@@ -11,16 +11,25 @@
 #include <netinet/in.h>
 #include "internal.h"
 
+/* A word at a time (every process that starts checks its block: a byte
+ * loop cost more than the rest of the start); each step is a bijection of
+ * the state, so any change of one word changes the result. */
 uint64_t pol_fnv(const void *p, size_t n)
 {
 	const unsigned char *c = p;
-	uint64_t h = 0xcbf29ce484222325ull;
+	uint64_t h = 0xcbf29ce484222325ull, w;
+	size_t i;
 
-	for (size_t i = 0; i < n; i++) {
-		/* the hash field itself counts as zero */
-		unsigned char v = i >= offsetof(struct pol_hdr, hash) && i < offsetof(struct pol_hdr, hash) + 8 ? 0 : c[i];
-		h = (h ^ v) * 0x100000001b3ull;
+	_Static_assert(offsetof(struct pol_hdr, hash) % 8 == 0, "the hash field is one word");
+	for (i = 0; i + 8 <= n; i += 8) {
+		memcpy(&w, c + i, 8);
+		if (i == offsetof(struct pol_hdr, hash))
+			w = 0;          /* the hash field itself counts as zero */
+		h = (h ^ w) * 0x100000001b3ull;
+		h ^= h >> 29;
 	}
+	for (; i < n; i++)
+		h = (h ^ c[i]) * 0x100000001b3ull;
 	return h;
 }
 
@@ -70,6 +79,28 @@ static bool entries_ok(const struct pol_hdr *h, int t, const char *base)
 	return true;
 }
 
+/* The common prefix of a sorted table is that of its first and last
+ * entries. */
+void pol_filters(struct policy *pol)
+{
+	_Static_assert(PK_COUNT <= sizeof(pol->lcp) / sizeof(pol->lcp[0]), "one filter per kind");
+	for (int k = 0; k < PK_COUNT; k++) {
+		const struct pol_prefix *t = POL_TAB(pol, PT_PREFIX0 + k, struct pol_prefix);
+		const struct pol_glob *g = POL_TAB(pol, PT_GLOB0 + k, struct pol_glob);
+		uint32_t n = pol->b->tab[PT_PREFIX0 + k].n;
+
+		if (n) {
+			const char *a = pol_str(pol, t[0].path), *z = pol_str(pol, t[n - 1].path);
+			uint32_t i = 0;
+			while (a[i] && a[i] == z[i])
+				i++;
+			pol->lcp[k] = i;
+		}
+		for (uint32_t i = 0; i < pol->b->tab[PT_GLOB0 + k].n; i++)
+			pol->anchored[k] |= g[i].anchored;
+	}
+}
+
 int policy_from_blob(struct policy *pol, const void *p, size_t n)
 {
 	const struct pol_hdr *h = p;
@@ -94,6 +125,7 @@ int policy_from_blob(struct policy *pol, const void *p, size_t n)
 	memset(pol, 0, sizeof(*pol));
 	pol->b = h;
 	pol->n = n;
+	pol_filters(pol);
 	return 0;
 }
 
@@ -178,7 +210,8 @@ static const char *prefix_rule(const struct policy *pol, int kind, const char *p
 {
 	const struct pol_prefix *e;
 
-	if (!pol->b->tab[PT_PREFIX0 + kind].n)
+	if (!pol->b->tab[PT_PREFIX0 + kind].n || n < pol->lcp[kind] ||
+	    memcmp(p, pol_str(pol, POL_TAB(pol, PT_PREFIX0 + kind, struct pol_prefix)[0].path), pol->lcp[kind]))
 		return NULL;
 	const uint64_t *bloom = pol->b->bloom[kind];
 	uint32_t h = POL_PHASH0;
@@ -228,15 +261,14 @@ static const char *glob_rule(const struct policy *pol, int kind, const char *p)
 
 	if (!n)
 		return NULL;
-	for (uint32_t i = 0; i < n; i++)
+	for (uint32_t i = 0; pol->anchored[kind] && i < n; i++)
 		if (t[i].anchored && glob_at(pol, &t[i], p))
 			return pol_str(pol, t[i].rule);
-	for (const char *s = strchr(p, '/'); s; s = strchr(s, '/')) {
-		s++;
-		if (!*s || !pol_bit(first, (unsigned char)*s))
+	for (const char *s = p; *s; s++) {
+		if (s[0] != '/' || !s[1] || !pol_bit(first, (unsigned char)s[1]))
 			continue;
 		for (uint32_t i = 0; i < n; i++)
-			if (!t[i].anchored && glob_at(pol, &t[i], s))
+			if (!t[i].anchored && glob_at(pol, &t[i], s + 1))
 				return pol_str(pol, t[i].rule);
 	}
 	return NULL;

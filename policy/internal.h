@@ -130,6 +130,9 @@ static inline const char *pol_str(const struct policy *pol, uint32_t off)
 
 #define POL_TAB(pol, t, type) ((const type *)pol_at(pol, (pol)->b->tab[t].off))
 
+/* Work out the filters of struct policy for its block (decide.c). */
+void pol_filters(struct policy *pol);
+
 uint64_t pol_fnv(const void *p, size_t n);
 
 /* glob.c: '*', '?', '[...]' ('!' or '^' negates). SLASH: a wildcard does

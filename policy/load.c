@@ -738,6 +738,7 @@ static int finish(struct build *b, struct policy **out)
 	pol->b = (const struct pol_hdr *)blk;
 	pol->n = size;
 	pol->owned = blk;
+	pol_filters(pol);
 	*out = pol;
 	return 0;
 }

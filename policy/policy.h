@@ -65,6 +65,12 @@ struct policy {
 	void *owned;
 	char journal[PATH_MAX];
 	size_t journal_len;
+	/* Filters worked out when the block is taken up, per path kind: the
+	 * bytes every literal prefix of the kind starts with (a path that
+	 * does not start with them has none of them as an ancestor), and
+	 * whether any glob of the kind is anchored. */
+	uint32_t lcp[4];
+	bool anchored[4];
 };
 
 /* Load FILE (NULL: the built-in default, policies/default.ini). 0, or -1 with

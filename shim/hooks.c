@@ -284,8 +284,9 @@ HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX]
 		p[0] = 0;
 	if (err)
 		return writes(flags) ? refuse_unjournaled(path, err) : 0;
+	/* in enforce mode the policy's read check covers the journal too */
 	if (!writes(flags) || (flags & __O_TMPFILE) == __O_TMPFILE)
-		return off_limits("open", p) ?: guard_read(p);
+		return guard_active() ? guard_read(p) : off_limits("open", p) ?: guard_read(p);
 	return check("open", p, (flags & O_TRUNC) ? JC_TRUNC : (flags & O_APPEND) ? JC_APPEND : JC_WRITE,
 		     !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL),
 		     flags & O_CREAT);

@@ -39,31 +39,41 @@ HIDDEN bool path_under(const char *path, const char *dir, size_t dirlen)
 	return dirlen && !strncmp(path, dir, dirlen) && (path[dirlen] == '/' || path[dirlen] == 0);
 }
 
-static bool has_dotdot(const char *p)
+/*
+ * Append PATH to the N bytes of OUT (a normalised absolute directory, or
+ * nothing for the root), one pass: "." components and repeated or
+ * trailing slashes are dropped, ".." is kept and reported in *DOTDOT.
+ * Returns the new length or -ENAMETOOLONG.
+ */
+static ssize_t append_normal(char out[PATH_MAX], size_t n, const char *path, bool *dotdot)
 {
-	for (const char *s = strstr(p, ".."); s; s = strstr(s + 2, ".."))
-		if ((s == p || s[-1] == '/') && (s[2] == '/' || s[2] == 0))
-			return true;
-	return false;
-}
+	const char *r = path;
 
-/* Remove "." components and repeated slashes, in place. */
-HIDDEN void path_normalise(char *p)
-{
-	char *w = p, *r = p;
-
+	/* byte by byte: components are short, a call per one costs more */
 	while (*r) {
-		if (r[0] == '/' && (r[1] == '/' || (r[1] == '.' && (r[2] == '/' || r[2] == 0)))) {
-			r += r[1] == '/' ? 1 : 2;
+		if (*r == '/') {
+			r++;
 			continue;
 		}
-		*w++ = *r++;
+		if (r[0] == '.' && (r[1] == '/' || !r[1])) {
+			r++;
+			continue;
+		}
+		if (r[0] == '.' && r[1] == '.' && (r[2] == '/' || !r[2]))
+			*dotdot = true;
+		if (n + 2 > PATH_MAX)
+			return -ENAMETOOLONG;
+		out[n++] = '/';
+		while (*r && *r != '/') {
+			if (n + 1 >= PATH_MAX)
+				return -ENAMETOOLONG;
+			out[n++] = *r++;
+		}
 	}
-	if (w > p + 1 && w[-1] == '/')
-		w--;
-	if (w == p)
-		*w++ = '/';
-	*w = 0;
+	if (!n)
+		out[n++] = '/';
+	out[n] = 0;
+	return (ssize_t)n;
 }
 
 /*
@@ -108,11 +118,17 @@ HIDDEN void fdcache_put(int fd, const char *p)
 		fdc_write(&fdc[fd % FDC_N], fd, &st, p);
 }
 
+/* An fd lives only in slot fd % FDC_N: a short range looks at its own
+ * slots (a close costs a load and a compare), a long one at every slot. */
 HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi)
 {
-	for (int i = 0; i < FDC_N; i++)
-		if (fdc[i].gen && fdc[i].fd >= 0 && (unsigned)fdc[i].fd >= lo && (unsigned)fdc[i].fd <= hi)
+	bool all = hi - lo >= FDC_N;
+
+	for (unsigned i = all ? 0 : lo % FDC_N, n = all ? FDC_N : hi - lo + 1; n--; i = (i + 1) % FDC_N) {
+		int fd = __atomic_load_n(&fdc[i].fd, __ATOMIC_RELAXED);
+		if (fd >= 0 && fdc[i].gen && (unsigned)fd >= lo && (unsigned)fd <= hi)
 			fdc_write(&fdc[i], -1, NULL, NULL);
+	}
 }
 
 HIDDEN void fdcache_drop(int fd)
@@ -204,15 +220,13 @@ static int resolve_dotdot(char out[PATH_MAX])
 
 HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path)
 {
-	size_t n;
+	bool dotdot = false;
+	size_t n = 0;
+	ssize_t r;
 
 	if (!path)
 		return -EFAULT;
-	if (path[0] == '/') {
-		if (strlen(path) >= PATH_MAX)
-			return -ENAMETOOLONG;
-		strcpy(out, path);
-	} else {
+	if (path[0] != '/') {
 		if (dirfd == AT_FDCWD) {
 			if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
 				cwd_refresh();
@@ -225,16 +239,15 @@ HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path)
 			if (err)
 				return err == -ENOENT ? -EBADF : err;
 		}
+		/* the kernel's own name of a directory: absolute, normalised */
 		n = strlen(out);
-		if (n + strlen(path) + 2 > PATH_MAX)
-			return -ENAMETOOLONG;
-		out[n] = '/';
-		strcpy(out + n + 1, path);
+		if (n == 1)
+			n = 0;
 	}
-	path_normalise(out);
-	if (has_dotdot(out))
-		return resolve_dotdot(out);
-	return 0;
+	r = append_normal(out, n, path, &dotdot);
+	if (r < 0)
+		return (int)r;
+	return dotdot ? resolve_dotdot(out) : 0;
 }
 
 EXPORT int chdir(const char *p)

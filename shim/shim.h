@@ -112,7 +112,6 @@ HIDDEN int pre_fd(int fd, enum jcap_op op);
 /* path.c: absolute, lexically normalised paths; cached cwd. */
 HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path);
 HIDDEN int path_fd(char out[PATH_MAX], int fd);
-HIDDEN void path_normalise(char *p);
 HIDDEN void cwd_refresh(void);
 HIDDEN const char *cwd_get(void);
 HIDDEN pid_t shim_pid(void);

@@ -356,6 +356,45 @@ static void test_key_hidden_protected_untracked(void **state)
 	policy_free(pol);
 }
 
+/* The filters taken up with the block (the common prefix of each kind's
+ * literal prefixes, whether a kind has anchored globs) decide nothing on
+ * their own: the same verdicts from the loaded policy and from its block
+ * mapped again, at the edges of the common prefix. */
+static void test_prefix_filters(void **state)
+{
+	struct policy *pol = load("[paths]\nwritable = /w/ws\n"
+				  "hidden = /w/ws/abc\nhidden = /w/ws/abd/e\nhidden = /w/ws/ab x\n"
+				  "protected = /w/ws/p?q\nprotected = keep.me\n");
+	static const struct { const char *p; bool write; enum pverdict v; } cases[] = {
+		{ "/w/ws/abc", false, PV_DENY }, { "/w/ws/abc/d", false, PV_DENY },
+		{ "/w/ws/abd/e", false, PV_DENY }, { "/w/ws/abd/e/f/g", false, PV_DENY },
+		{ "/w/ws/ab x", false, PV_DENY }, { "/w/ws/ab x/y", false, PV_DENY },
+		{ "/w/ws/ab", false, PV_ALLOW }, { "/w/ws/a", false, PV_ALLOW }, { "/w/ws", false, PV_ALLOW },
+		{ "/", false, PV_ALLOW }, { "/w/ws/abd", false, PV_ALLOW }, { "/w/ws/abe", false, PV_ALLOW },
+		{ "/w/ws/abcd", false, PV_ALLOW }, { "/x/ws/abc", false, PV_ALLOW },
+		{ "/w/ws/pxq", true, PV_DENY }, { "/w/ws/pxq/r", true, PV_DENY }, { "/w/ws/pq", true, PV_ALLOW },
+		{ "/w/ws/d/keep.me", true, PV_DENY }, { "/w/ws/keep.me", true, PV_DENY },
+		{ "/w/ws/keep.mex", true, PV_ALLOW },
+	};
+	struct policy mapped;
+	const void *p;
+	size_t n;
+
+	(void)state;
+	assert_non_null(pol);
+	policy_blob(pol, &p, &n);
+	uint64_t *copy = malloc(n);
+	memcpy(copy, p, n);
+	assert_int_equal(policy_from_blob(&mapped, copy, n), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		print_message("%s %s\n", cases[i].write ? "write" : "read", cases[i].p);
+		assert_int_equal(path(pol, cases[i].p, cases[i].write), cases[i].v);
+		assert_int_equal(path(&mapped, cases[i].p, cases[i].write), cases[i].v);
+	}
+	free(copy);
+	policy_free(pol);
+}
+
 static void test_devices(void **state)
 {
 	struct policy *pol = load("[paths]\nwritable = /w/ws\n");
@@ -723,6 +762,7 @@ int main(void)
 		cmocka_unit_test(test_key_workspace_and_vars),
 		cmocka_unit_test(test_key_writable_default),
 		cmocka_unit_test(test_key_hidden_protected_untracked),
+		cmocka_unit_test(test_prefix_filters),
 		cmocka_unit_test(test_devices),
 		cmocka_unit_test(test_journal_dir_off_limits),
 		cmocka_unit_test(test_key_commands_flags_any_spelling),
