@@ -11,7 +11,10 @@
  * (the default, ~/.local/state, is).
  */
 #include <elf.h>
+#include <linux/filter.h>
 #include <linux/landlock.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -106,6 +109,24 @@ static void allow_beneath(int rs, const char *dir, uint64_t access)
 	close(pb.parent_fd);
 }
 
+/* Once no_new_privs is set: io_uring_setup fails with ENOSYS in this
+ * process and everything it starts, raw system calls and static programs
+ * included (see IO_URING_WHY). The number is the same on every ABI of the
+ * machine (x32 sets a bit above it). */
+static void no_io_uring(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_STMT(BPF_ALU | BPF_AND | BPF_K, ~0x40000000u),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+
+	(void)prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+}
+
 /* Confine this process and everything it starts to the writable roots
  * (and the journal, when JOURNAL is not NULL: the shim writes it). */
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
@@ -142,6 +163,8 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_landlock_restrict_self, rs, 0) < 0)
 		ok = 0;
 	close(rs);
+	if (ok)
+		no_io_uring();
 	return ok;
 }
 

@@ -131,6 +131,16 @@ EXPORT int __openat_2(int d, const char *p, int f) { return open_hook(K_OPENAT_2
 EXPORT int __openat64_2(int d, const char *p, int f) { return open_hook(K_OPENAT64_2, d, p, f, 0); }
 
 /* The check for one system call number, or 0 for numbers left alone. */
+/* Said and recorded once per process: libuv asks from every thread. */
+static int no_io_uring(void)
+{
+	static bool said;
+
+	if (__atomic_exchange_n(&said, true, __ATOMIC_RELAXED))
+		return ENOSYS;
+	return shim_refuse("io_uring_setup", NULL, NULL, NULL, IO_URING_WHY, ENOSYS);
+}
+
 static int pre_syscall(long n, const long a[6])
 {
 #define S(i) ((const char *)a[i])
@@ -178,6 +188,7 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_pidfd_send_signal: return guard_pidfd(I(0), I(1));
 	case SYS_connect:    return guard_connect((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
+	case SYS_io_uring_setup: return no_io_uring();
 	}
 	return 0;
 #undef S

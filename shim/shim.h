@@ -174,6 +174,10 @@ HIDDEN bool guard_rewind_counts(int status, char *const argv[]);
 struct policy;
 HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[]);
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal);
+/* io_uring does file operations no hook sees: it is refused as if the
+ * kernel had none (ENOSYS: libuv, liburing users fall back to plain
+ * calls), by the syscall() hook and, in a confined session, by seccomp. */
+#define IO_URING_WHY "io_uring would change files behind the journal"
 
 /* exec.c: environment stickiness. */
 HIDDEN void env_capture(void);

@@ -106,7 +106,10 @@ HIDDEN void shim_say(const char *what, const char *path, int err, const char *wh
 {
 	char line[PATH_MAX + 512];
 
-	if (why)
+	if (!path)
+		snprintf(line, sizeof(line), "ftsbx: %s: %s%s%s%s\n", what, strerror(err), why ? " (" : "",
+			 why ? why : "", why ? ")" : "");
+	else if (why)
 		snprintf(line, sizeof(line), "ftsbx: %s '%s': %s (%s)\n", what, path ? path : "",
 			 strerror(err), why);
 	else

@@ -76,3 +76,33 @@ def test_a_static_binary_cannot_write_outside_the_writable_roots(scratch_policy,
     assert not (outside / "bb-file").exists(), r.stderr
     assert (ws / "bb-inside").exists(), r.stderr
     assert "static binary" in r.stderr
+
+
+URING = r"""
+#include <stdio.h>
+#include <string.h>
+/* io_uring_setup(8, params) by the syscall instruction itself */
+int main(void)
+{
+	static char params[120];
+	long r;
+	__asm__ volatile("syscall" : "=a"(r) : "0"(425L), "D"(8L), "S"(params) : "rcx", "r11", "memory");
+	printf("%ld\n", r);
+	return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_io_uring_is_refused_even_by_a_raw_system_call(scratch_policy, tmp_path):
+    """io_uring changes files where no hook sees it: in a confined session
+    seccomp answers ENOSYS (-38) as a kernel without it would, so programs
+    fall back to plain calls; outside the shim the same program gets a ring."""
+    ws, outside, pol, _ = scratch_policy
+    prog = tmp_path / "uring"
+    subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(prog)], input=URING.encode(), check=True)
+    plain = subprocess.run([str(prog)], capture_output=True, text=True, check=True)
+    if int(plain.stdout) < 0:
+        pytest.skip(f"this kernel refuses io_uring itself ({plain.stdout.strip()})")
+    r = run(ws, pol, tmp_path, str(prog))
+    assert r.stdout.split() == ["-38"], r.stdout + r.stderr

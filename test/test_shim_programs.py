@@ -5,6 +5,7 @@ program did what it should, rewinds the session and finds the tree exactly
 as it was."""
 import os
 import stat
+import shutil
 
 import pytest
 
@@ -400,3 +401,35 @@ except OSError as e:
     print(e.errno)
 os.rmdir("emptydir")
 """)), check)
+
+
+NODE_FS = r"""
+const fs = require('fs');
+fs.writeFileSync('src/main.c', 'rewritten by node\n');
+fs.mkdirSync('made/by/node', {recursive: true});
+fs.writeFileSync('made/by/node/f.txt', 'x');
+fs.renameSync('a.txt', 'renamed.txt');
+fs.copyFileSync('renamed.txt', 'copied.txt');
+fs.promises.writeFile('async.txt', 'async')
+  .then(() => fs.promises.unlink('copied.txt'))
+  .then(() => fs.promises.rm('private', {recursive: true}))
+  .then(() => fs.promises.appendFile('with space.txt', 'more\n'))
+  .then(() => console.log('done'));
+"""
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="no node")
+@pytest.mark.parametrize("uring", ["0", "1"])
+def test_node_fs(shim, uring):
+    """node's libuv does file work on its thread pool, or through io_uring
+    when UV_USE_IO_URING=1: the shim refuses io_uring (ENOSYS, so libuv falls
+    back to plain calls) and journals everything either way."""
+    shim.write("t.js", NODE_FS)
+
+    def check(proc):
+        assert proc.stdout.strip() == b"done"
+        assert shim.read("src/main.c") == b"rewritten by node\n" and not shim.exists("private")
+        assert shim.read("async.txt") == b"async" and not shim.exists("copied.txt")
+    before = shim.snap()
+    shim.roundtrip("node t.js", check, before=before, env=shim.env(UV_USE_IO_URING=uring),
+                   refusals_ok=uring == "1")
