@@ -52,6 +52,10 @@ void jsession_close(struct jsession *s);
  * XDG_STATE/ftsbx/sessions/YYYYmmdd-HHMMSS-PID, XDG_STATE defaulting to
  * HOME/.local/state. The caller passes the two variables. */
 void jsession_default_dir(char *out, size_t n, const char *xdg_state, const char *home);
+/* Make the session survive power loss: fsync its files, its directories and
+ * its entry in the parent directory (creation itself does no fsync; a
+ * durable session calls this before its first change). 0 or -errno. */
+int  jsession_sync(struct jsession *s);
 /* Free the session's reserved space (for rewind marks on a full disk). */
 int  jsession_release_reserve(struct jsession *s);
 /* Fresh numbers from the shared counters. */

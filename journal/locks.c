@@ -20,22 +20,31 @@
 
 #define JL_FILE_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
 
+/* The file is written (not made sparse and mapped): a full filesystem then
+ * fails the creation with ENOSPC instead of a SIGBUS at a later lock. An
+ * all-zero mutex is neither robust nor process-shared, so each one is an
+ * initialised copy; a page of them at a time. */
 int jlocks_create(int dfd)
 {
+	enum { PER = 4096 / sizeof(pthread_mutex_t) };
 	pthread_mutexattr_t a;
-	pthread_mutex_t m;
+	pthread_mutex_t m[PER];
 	int fd, err = 0;
 
 	pthread_mutexattr_init(&a);
 	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
 	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-	pthread_mutex_init(&m, &a);
+	memset(m, 0, sizeof(m));
+	for (unsigned i = 0; i < PER; i++)
+		pthread_mutex_init(&m[i], &a);
 	pthread_mutexattr_destroy(&a);
 	fd = openat(dfd, "locks", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	for (unsigned i = 0; i < JL_STRIPES && !err; i++)
-		err = jwrite_all(fd, &m, sizeof(m));
+	for (unsigned i = 0; i < JL_STRIPES && !err; i += PER) {
+		unsigned k = JL_STRIPES - i < PER ? JL_STRIPES - i : PER;
+		err = jwrite_all(fd, m, k * sizeof(m[0]));
+	}
 	close(fd);
 	return err;
 }

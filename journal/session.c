@@ -69,6 +69,10 @@ static int mkdir_parents(const char *dir)
 	return 0;
 }
 
+/* Creation writes no fsync: a killed creator leaves only its temporary
+ * directory, and the rename publishes a complete session to every other
+ * process (the page cache is shared). Power loss is the durable setting's
+ * business: jsession_sync, before the first change. */
 static int write_file_at(int dfd, const char *name, const void *p, size_t n)
 {
 	int fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -77,8 +81,6 @@ static int write_file_at(int dfd, const char *name, const void *p, size_t n)
 	if (fd < 0)
 		return -errno;
 	err = jwrite_all(fd, p, n);
-	if (!err && fsync(fd) < 0)
-		err = -errno;
 	close(fd);
 	return err;
 }
@@ -96,6 +98,29 @@ static int make_reserve(int dfd)
 		err = posix_fallocate(fd, 0, n);
 	close(fd);
 	return err == 0 || err == ENOSPC || err == EOPNOTSUPP || err == EINVAL ? 0 : -err;
+}
+
+/* What a durable session needs on disk before its first change: its
+ * files, its directories, and its own name in the parent directory. */
+int jsession_sync(struct jsession *s)
+{
+	static const char *const files[] = { "session", "seq", "locks", "reserve", "log", "objects", ".." };
+	int err = 0;
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && !err; i++) {
+		int fd = openat(s->dirfd, files[i], O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno != ENOENT)        /* the reserve may be gone */
+				err = -errno;
+			continue;
+		}
+		if (fsync(fd) < 0)
+			err = -errno;
+		close(fd);
+	}
+	if (!err && fsync(s->dirfd) < 0)
+		err = -errno;
+	return err;
 }
 
 int jsession_release_reserve(struct jsession *s)
@@ -131,14 +156,23 @@ static int create_session(const char *dir, const struct jsession_info *info)
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.new.%d", dir, (int)getpid()) >= sizeof(tmp))
 		return -ENAMETOOLONG;
-	err = mkdir_parents(dir);
-	if (err)
-		return err;
 	if (getrandom(salt, sizeof(salt), 0) != (ssize_t)sizeof(salt))
 		return -errno ? -errno : -EIO;
-	remove_tmp(tmp);
-	if (mkdir(tmp, 0700) < 0)
-		return -errno;
+	/* the parents are made, and a leftover of a killed creator with our
+	 * pid removed, only when the first mkdir says so */
+	err = mkdir(tmp, 0700) < 0 ? -errno : 0;
+	if (err == -ENOENT) {
+		err = mkdir_parents(dir);
+		if (err)
+			return err;
+		err = mkdir(tmp, 0700) < 0 ? -errno : 0;
+	}
+	if (err == -EEXIST) {
+		remove_tmp(tmp);
+		err = mkdir(tmp, 0700) < 0 ? -errno : 0;
+	}
+	if (err)
+		return err;
 	dfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
 		err = -errno;
@@ -180,10 +214,6 @@ static int create_session(const char *dir, const struct jsession_info *info)
 	err = write_file_at(dfd, "session", buf, J_FILE_HDR + b.len);
 	if (err)
 		goto out;
-	if (fsync(dfd) < 0) {
-		err = -errno;
-		goto out;
-	}
 	close(dfd);
 	dfd = -1;
 	if (rename(tmp, dir) == 0)

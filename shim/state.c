@@ -130,6 +130,21 @@ static void note_journal_dirs(void)
 		}
 }
 
+/* Open the session (under seg_lock). The flags (JS_DURABLE) come from the
+ * policy, set by guard_init before the open, which would clear them. */
+static int open_session(void)
+{
+	unsigned flags = shim.s.flags;
+	int err = jsession_open(&shim.s, shim.journal, &(struct jsession_info){ 0 });
+
+	shim.s.flags |= flags;
+	if (!err) {
+		note_journal_dirs();
+		shim.session_open = true;
+	}
+	return err;
+}
+
 /* Open the session on first use; open this process's segment on its first
  * record (again in a forked child). Called inside a hook. */
 /* The session, opened at the first need (not the segment). */
@@ -138,10 +153,8 @@ HIDDEN bool shim_session(void)
 	if (shim.session_open)
 		return true;
 	pthread_mutex_lock(&seg_lock);
-	if (!shim.session_open && !jsession_open(&shim.s, shim.journal, &(struct jsession_info){ 0 })) {
-		note_journal_dirs();
-		shim.session_open = true;
-	}
+	if (!shim.session_open)
+		open_session();
 	pthread_mutex_unlock(&seg_lock);
 	return shim.session_open;
 }
@@ -161,12 +174,8 @@ HIDDEN int shim_segment(struct jseg **g)
 	int err = 0;
 
 	pthread_mutex_lock(&seg_lock);
-	if (!shim.session_open) {
-		err = jsession_open(&shim.s, shim.journal, &(struct jsession_info){ 0 });
-		if (!err)
-			note_journal_dirs();
-		shim.session_open = !err;
-	}
+	if (!shim.session_open)
+		err = open_session();
 	if (!err && (!shim.seg_open || shim.seg_pid != pid)) {
 		if (shim.seg_open && shim.seg_pid != pid)
 			jseg_close(&shim.g);    /* the parent's, inherited through fork */
@@ -299,6 +308,15 @@ HIDDEN void shim_init(void)
 	self_path();
 	start_session();
 	guard_init(shim.created);
+	/* A durable session (the policy says so) is on disk before the first
+	 * change; creation itself writes no fsync. */
+	if (shim.created && (shim.s.flags & JS_DURABLE)) {
+		int err = jsession_sync(&shim.s);
+		if (err) {
+			shim_say("cannot sync the journal", shim.journal, -err, "nothing may run unjournaled");
+			_exit(126);
+		}
+	}
 	env_capture();
 	pthread_atfork(NULL, NULL, atfork_child);
 	shim_busy = false;

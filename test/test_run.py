@@ -2,7 +2,10 @@
 through, the whole session rewound on failure when asked, the chain heads
 kept beside the journal, one summary line."""
 import os
+import shutil
 import subprocess
+
+import pytest
 
 from conftest import BUILD, assert_same, populate, snapshot
 
@@ -60,3 +63,32 @@ def test_run_usage_errors_exit_2(tmp_path):
     make_ws(tmp_path)
     assert run(tmp_path).returncode == 2
     assert run(tmp_path, "--on-failure", "maybe", "--", "true").returncode == 2
+
+
+def test_run_a_durable_session_syncs_in_every_process(tmp_path):
+    """durability = power: the session is synced once created, and a tool
+    call's program (after its exec) syncs its records too."""
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("no strace")
+    make_ws(tmp_path)
+    log = tmp_path / "strace.txt"
+    policy = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "policies", "strict.ini")
+    env = dict(os.environ, HOME=str(tmp_path))
+    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL"):
+        env.pop(k, None)
+    r = subprocess.run([strace, "-f", "-qq", "-o", str(log), "-e", "trace=execve,fsync,fdatasync",
+                        FTSBX, "run", "--policy", policy, "--journal", str(tmp_path / "j"), "--",
+                        "bash", "-c", "/bin/sh -c 'echo y > g'; true"],
+                       cwd=tmp_path / "ws", env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    synced_after_exec = set()
+    exec_of_sh = set()
+    for line in log.read_text().splitlines():
+        pid, _, call = line.partition(" ")
+        call = call.strip()
+        if call.startswith('execve("/bin/sh"') and "= 0" in call:
+            exec_of_sh.add(pid)
+        elif pid in exec_of_sh and call.startswith(("fsync(", "fdatasync(")):
+            synced_after_exec.add(pid)
+    assert exec_of_sh and exec_of_sh == synced_after_exec, log.read_text()
