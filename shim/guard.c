@@ -43,6 +43,7 @@ static void load_and_publish(void)
 
 	if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
 		fail_closed(err);
+	shim_session();         /* the root's, opened after the policy (state.c) */
 	policy_blob(pol, &blob, &n);
 	snprintf(tmp, sizeof(tmp), "policy-%d.new", (int)getpid());
 	fd = openat(shim.s.dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0400);

@@ -145,11 +145,73 @@ static int open_session(void)
 	return err;
 }
 
+/*
+ * `ftsbx run` creates the session while the command starts (tools/run.c) and
+ * hands the root the read end of a pipe (FTSBX_SESSION_READY=FD) that it
+ * closes once the session is there. The root compiles its policy meanwhile
+ * and waits only then, at its first shim_session() (guard.c's, before the
+ * policy is published). Whether ftsbx managed or not, the root then opens
+ * the session, or creates it as any root does: the wait saves time, it
+ * decides nothing.
+ */
+static int ready_fd = -1;
+
+/* Take the descriptor out of the environment: nothing below the root sees it. */
+static void take_ready_fd(void)
+{
+	static const char name[] = "FTSBX_SESSION_READY=";
+	const char *v = shim_getenv("FTSBX_SESSION_READY");
+	struct stat st;
+	size_t k = 0;
+	char **e;
+
+	if (!v)
+		return;
+	int fd = (int)strtol(v, NULL, 10);
+	if (fd > 2 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode))
+		ready_fd = fd;
+	for (e = environ; e[k]; k++)
+		;
+	for (size_t i = 0; i < k; i++)
+		if (!strncmp(e[i], name, sizeof(name) - 1)) {
+			memmove(e + i, e + i + 1, (k - i) * sizeof(*e));   /* the NULL too */
+			break;
+		}
+}
+
+/* The new root's session: opened, or created (and DIR with it); a root
+ * without one cannot run. */
+static void open_root_session(void)
+{
+	static char *argv[] = { (char *)"(ftsbx session)", NULL };
+	static const struct jsession_info info = { .argv = argv };
+	unsigned flags = shim.s.flags;
+	char c;
+	int err;
+
+	if (ready_fd >= 0) {
+		while (read(ready_fd, &c, 1) < 0 && errno == EINTR)
+			;
+		close(ready_fd);
+		ready_fd = -1;
+	}
+	err = jsession_open(&shim.s, shim.journal, &info);
+	shim.s.flags |= flags;
+	if (err) {
+		shim_say("cannot open the journal", shim.journal, -err, "nothing may run unjournaled");
+		_exit(126);
+	}
+	shim.session_open = true;
+	note_journal_dirs();
+}
+
 /* Open the session on first use; open this process's segment on its first
  * record (again in a forked child). Called inside a hook. */
 /* The session, opened at the first need (not the segment). */
 HIDDEN bool shim_session(void)
 {
+	if (!shim.session_open && shim.created)
+		open_root_session();    /* in the constructor: one thread */
 	if (shim.session_open)
 		return true;
 	pthread_mutex_lock(&seg_lock);
@@ -173,6 +235,8 @@ HIDDEN int shim_segment(struct jseg **g)
 	pid_t pid = shim_pid();
 	int err = 0;
 
+	if (!shim.session_open && shim.created)
+		open_root_session();
 	pthread_mutex_lock(&seg_lock);
 	if (!shim.session_open)
 		err = open_session();
@@ -246,6 +310,8 @@ static void start_session(void)
 	const char *j = shim_getenv("FTSBX_JOURNAL"), *t = shim_getenv("FTSBX_TXN");
 	char buf[PATH_MAX];
 
+	take_ready_fd();
+
 	if (!j || !*j) {
 		jsession_default_dir(buf, sizeof(buf), shim_getenv("XDG_STATE_HOME"), shim_getenv("HOME"));
 		shim_setenv("FTSBX_JOURNAL", buf);
@@ -270,23 +336,20 @@ static void start_session(void)
 				note_journal_dirs();
 			}
 		}
+		if (ready_fd >= 0)      /* meant for a new root only */
+			close(ready_fd);
+		ready_fd = -1;
 		return;
 	}
-	char *argv[] = { (char *)"(ftsbx session)", NULL };
-	struct jsession_info info = { .argv = argv };
-	int err = jsession_open(&shim.s, shim.journal, &info);
-	if (err) {
-		shim_say("cannot open the journal", shim.journal, -err, "nothing may run unjournaled");
-		_exit(126);
-	}
-	shim.session_open = true;
-	note_journal_dirs();
 	shim.root = true;
 	shim.created = true;
 	shim.txn = 0;           /* the root's own transaction starts at its first change */
 	snprintf(buf, sizeof(buf), "%d", (int)getpid());
 	shim_setenv("FTSBX_ROOT", buf);
 	shim_setenv("FTSBX_TXN", "0");
+	if (ready_fd < 0)
+		open_root_session();
+	/* else: shim_session() opens it, once the policy is compiled */
 }
 
 /* glibc passes argc, argv and envp to the constructors of shared objects. */
@@ -308,6 +371,8 @@ HIDDEN void shim_init(void)
 	self_path();
 	start_session();
 	guard_init(shim.created);
+	if (shim.created)
+		shim_session();
 	/* A durable session (the policy says so) is on disk before the first
 	 * change; creation itself writes no fsync. */
 	if (shim.created && (shim.s.flags & JS_DURABLE)) {

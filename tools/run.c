@@ -15,6 +15,7 @@
  * journal's segments beside it (DIR.heads), out of the session's reach.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,20 +97,76 @@ static void count(const struct jreader *r, struct tally *t)
 	}
 }
 
-static void store_heads(const struct jreader *r, const char *journal)
+/* Create the session while the command starts, so that its root finds it
+ * there: ftsbx records the command line. A failure is the root's to report
+ * (it creates the session itself, or cannot). */
+static void prepare_session(const char *journal, char *const *cmd)
+{
+	struct jsession_info info = { .argv = cmd };
+	struct jsession s;
+
+	if (jsession_open(&s, journal, &info) == 0)
+		jsession_close(&s);
+}
+
+/* DIR.heads, opened (created) while the command runs. */
+struct heads { int fd; struct stat st; };
+
+static struct heads open_heads(const char *journal)
 {
 	char path[PATH_MAX + 8];
-	FILE *f;
+	struct heads h;
 
 	snprintf(path, sizeof(path), "%s.heads", journal);
-	f = fopen(path, "w");
+	h.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (h.fd >= 0 && fstat(h.fd, &h.st) < 0) {
+		close(h.fd);
+		h.fd = -1;
+	}
+	return h;
+}
+
+static int write_heads(int fd, const struct jreader *r)
+{
+	FILE *f = fdopen(fd, "w");
+	int err;
+
 	if (!f) {
-		fprintf(stderr, "ftsbx: cannot store the chain heads in '%s': %s\n", path, strerror(errno));
-		return;
+		close(fd);
+		return -1;
 	}
 	for (size_t i = 0; i < r->nheads; i++)
 		fprintf(f, "%s\n", r->heads[i]);
-	fclose(f);
+	err = ferror(f);
+	return fclose(f) || err ? -1 : 0;
+}
+
+static bool same_file(const char *path, const struct stat *st)
+{
+	struct stat now;
+
+	return lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino;
+}
+
+/* Write the heads into the file opened beforehand if the name still leads
+ * to it (the session may have replaced it since), else into a new one. */
+static void store_heads(const struct jreader *r, const char *journal, struct heads h)
+{
+	char path[PATH_MAX + 8];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s.heads", journal);
+	if (h.fd >= 0) {
+		if (same_file(path, &h.st) && ftruncate(h.fd, 0) == 0) {
+			if (write_heads(h.fd, r) == 0 && same_file(path, &h.st))
+				return;
+		} else {
+			close(h.fd);
+		}
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0 || write_heads(fd, r) < 0)
+		fprintf(stderr, "ftsbx: cannot store the chain heads in '%s': %s\n", path, strerror(errno));
 }
 
 static int rewind_all(const char *journal)
@@ -137,7 +194,8 @@ int cmd_run(int argc, char **argv)
 	bool calls = false;
 	struct jreader r;
 	struct tally t;
-	int i, status, code;
+	struct heads heads;
+	int i, status, code, ready[2], exec[2];
 	pid_t pid;
 
 	for (i = 1; i < argc && strcmp(argv[i], "--"); i++) {
@@ -175,20 +233,58 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "ftsbx: cannot find the shim '%s': %s\n", lib, strerror(errno));
 		return 1;
 	}
+	/* The session is created here while the command's program loads: its
+	 * root waits on READY's read end (shim/state.c), which ftsbx closes
+	 * once the session is there. EXEC tells whether the program started
+	 * at all (nothing comes through it but a failure's errno): a command
+	 * that cannot run leaves no session behind. */
+	if (pipe2(ready, O_CLOEXEC) < 0)
+		ready[0] = ready[1] = -1;
+	if (pipe2(exec, O_CLOEXEC) < 0)
+		exec[0] = exec[1] = -1;
 	pid = fork();
 	if (pid < 0) {
 		fprintf(stderr, "ftsbx: cannot fork: %s\n", strerror(errno));
 		return 1;
 	}
 	if (pid == 0) {
+		int e = 0;
 		/* only the session's root gets the shim: ftsbx (and the txreplay
 		 * it may run afterwards) stay unwrapped */
-		if (prepare_env(lib, journal, policy, calls))
-			_exit(126);
-		execvp(argv[i + 1], argv + i + 1);
-		fprintf(stderr, "ftsbx: cannot run '%s': %s\n", argv[i + 1], strerror(errno));
-		_exit(127);
+		if (!prepare_env(lib, journal, policy, calls)) {
+			if (ready[0] >= 0 && exec[0] >= 0 && fcntl(ready[0], F_SETFD, 0) == 0) {
+				char fd[16];
+				snprintf(fd, sizeof(fd), "%d", ready[0]);
+				if (set("FTSBX_SESSION_READY", fd))
+					unsetenv("FTSBX_SESSION_READY");
+			}
+			execvp(argv[i + 1], argv + i + 1);
+			e = errno;
+			fprintf(stderr, "ftsbx: cannot run '%s': %s\n", argv[i + 1], strerror(e));
+		}
+		if (exec[1] >= 0 && write(exec[1], &e, sizeof(e)) != sizeof(e))
+			e = errno;
+		_exit(e ? 127 : 126);
 	}
+	if (ready[0] >= 0)
+		close(ready[0]);
+	heads.fd = -1;
+	if (exec[0] >= 0) {
+		int e;
+		ssize_t n;
+		close(exec[1]);
+		while ((n = read(exec[0], &e, sizeof(e))) < 0 && errno == EINTR)
+			;
+		close(exec[0]);
+		if (n == 0) {           /* the program runs */
+			prepare_session(journal, argv + i + 1);
+			close(ready[1]);        /* the root goes on */
+			ready[1] = -1;
+			heads = open_heads(journal);
+		}
+	}
+	if (ready[1] >= 0)
+		close(ready[1]);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			return 1;
@@ -197,10 +293,17 @@ int cmd_run(int argc, char **argv)
 		rewind_all(journal);
 	if (jreader_open(&r, journal, err, sizeof(err))) {
 		fprintf(stderr, "ftsbx: exit %d; no journal at '%s' (%s)\n", code, journal, err);
+		if (heads.fd >= 0) {     /* no journal: no heads either */
+			char path[PATH_MAX + 8];
+			snprintf(path, sizeof(path), "%s.heads", journal);
+			if (same_file(path, &heads.st))
+				unlink(path);
+			close(heads.fd);
+		}
 		return code;
 	}
 	count(&r, &t);
-	store_heads(&r, journal);
+	store_heads(&r, journal, heads);
 	fprintf(stderr, "ftsbx: exit %d; %zu changes in %zu tool calls, %zu refused, %zu rewound; journal %s\n",
 		code, t.changes, t.calls, t.refused, t.rewound, journal);
 	jreader_close(&r);
