@@ -48,10 +48,12 @@ STANDINS = """shutdown reboot halt poweroff init telinit systemctl loginctl kexe
 mkfs mkfs.ext4 mkfs.xfs mkfs.vfat mke2fs mkswap fdisk sfdisk parted wipefs
 blkdiscard sgdisk hdparm losetup cryptsetup mdadm mount umount sudo su doas
 pkexec runuser chroot nsenter crontab at pnpm yarn twine gem podman poetry
-flit gh""".split()
+flit gh ip ifconfig route nmcli ifdown ifup netplan hwclock timedatectl setenforce
+chattr zfs btrfs aws gcloud gsutil az heroku vercel flyctl helm dropdb psql mysql
+redis-cli mongosh""".split()
 # Real programs whose publishing verbs must never run: the stand-in leaves a
 # marker for those and runs the real program for everything else.
-GUARDED = {"npm": "publish unpublish", "cargo": "publish", "docker": "push"}
+GUARDED = {"npm": "publish unpublish", "cargo": "publish", "docker": "push", "date": "-s --set"}
 
 FILES_WS = {
     "hello.c": '#include <stdio.h>\nint main(void) { puts("Hello"); return 0; }\n',
