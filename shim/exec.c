@@ -6,9 +6,9 @@
  * shim. No heap: the new envp is built on the stack (or in an mmap'd block
  * for an enormous one), since an exec may run in a vfork child.
  *
- * vfork is turned into fork (as compiler-rt's interceptors do): a vfork
- * child shares the parent's memory, and the hooks it runs before exec must
- * be free to open a segment of its own.
+ * A vfork child (txn.c) shares its parent's memory until it execs: its
+ * exec hook records into the parent's segment, with its own pid and cwd,
+ * and leaves the thread's hook guard as it found it.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -44,7 +44,8 @@ static bool lists_self(const char *v)
 	return false;
 }
 
-/* Remember LD_PRELOAD (with this library in it) and every FTSBX_*. */
+/* Remember LD_PRELOAD (with this library in it) and every FTSBX_* but
+ * FTSBX_TXN_GROUP, which a harness gives to the tool calls it groups. */
 HIDDEN void env_capture(void)
 {
 	char line[PATH_MAX + 16];
@@ -58,7 +59,7 @@ HIDDEN void env_capture(void)
 			 pre ? pre : "");
 	add_sticky(line, &used);
 	for (char **e = environ; e && *e; e++)
-		if (!strncmp(*e, "FTSBX_", 6))
+		if (!strncmp(*e, "FTSBX_", 6) && strncmp(*e, "FTSBX_TXN_GROUP=", 16))
 			add_sticky(*e, &used);
 }
 
@@ -79,17 +80,16 @@ static bool has_var(char *const *env, const char *var)
 	return false;
 }
 
-/* The envp to pass on: ENVP with every sticky variable that it lacks, and
- * LD_PRELOAD pointing at this library. BUF holds CAP pointers. */
 /* The FTSBX_TXN a started program gets: its transaction (spawn_txn for a
- * child the root is starting, else this process's own). */
-static char txn_var[32];
-static long spawn_txn = -1;
+ * child the root is starting, else this process's own). Per thread: the
+ * agent's threads start tool calls at once. */
+static __thread char txn_var[32];
+static __thread long spawn_txn = -1;
 
 static void set_txn_var(void)
 {
 	snprintf(txn_var, sizeof(txn_var), "FTSBX_TXN=%u",
-		 spawn_txn >= 0 ? (uint32_t)spawn_txn : (shim.root ? 0 : shim.txn));
+		 spawn_txn >= 0 ? (uint32_t)spawn_txn : txn_exec_txn());
 }
 
 static bool txn_var_ok(char *const *envp)
@@ -100,6 +100,8 @@ static bool txn_var_ok(char *const *envp)
 	return false;
 }
 
+/* The envp to pass on: ENVP with every sticky variable that it lacks, and
+ * LD_PRELOAD pointing at this library. BUF holds CAP pointers. */
 HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
 {
 	size_t n = 0, k = 0;
@@ -150,9 +152,10 @@ static size_t env_count(char *const envp[])
 static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uint32_t txn);
 
 /* Record a program start. ARGV may be NULL. */
-static void record_exec(const char *path, char *const argv[], pid_t pid)
+static void record_exec(const char *path, char *const argv[])
 {
-	record_exec_txn(path, argv, pid, shim_txn());
+	/* a vfork child: its own pid (shim_pid is its parent's) */
+	record_exec_txn(path, argv, txn_vfork_child() ? getpid() : 0, shim_txn());
 }
 
 static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uint32_t txn)
@@ -168,7 +171,12 @@ static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uin
 	jb_u32(&b, F_PPID, (uint32_t)(pid ? shim_pid() : getppid()));
 	jb_str(&b, F_PATH, path);
 	jb_argv(&b, F_ARGV, argv);
-	jb_str(&b, F_CWD, cwd_get());
+	if (txn_vfork_child()) {        /* it may have chdir'd; the cached cwd is its parent's */
+		char cwd[PATH_MAX];
+		jb_str(&b, F_CWD, getcwd(cwd, sizeof(cwd)));
+	} else {
+		jb_str(&b, F_CWD, cwd_get());
+	}
 	if (b.overflow) {       /* an enormous argv: keep the program name */
 		char *const a0[] = { argv && argv[0] ? argv[0] : (char *)path, NULL };
 		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
@@ -197,24 +205,43 @@ static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uin
 } while (0)
 
 /* 0: not ours to look at (call the real function); 1: go on; -1: refused
- * (errno set). */
-static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[])
+ * (errno set). ENVP: the environment the program gets. A vfork child runs
+ * with its guard up (its other hooks pass through) and keeps it up. */
+static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[], char *const envp[])
 {
 	int err;
 
-	if (!hook_enter(c))
+	if (txn_vfork_child())
+		c->saved_errno = errno;
+	else if (!hook_enter(c))
 		return 0;
-	err = guard_exec(path, argv);
+	/* execvp-style callers (Python's subprocess) try every PATH entry in
+	 * turn: a program that is not there fails as the exec would (it
+	 * cannot have appeared in between: nothing was exec'd), unjudged,
+	 * unrecorded, so that a refusal is said and recorded once */
+	if (path && strchr(path, '/') && access(path, F_OK) < 0 && (errno == ENOENT || errno == ENOTDIR))
+		err = errno;
+	else
+		err = guard_exec(path, argv);
 	if (err) {
-		hook_refuse(c, err);
+		if (txn_vfork_child())
+			errno = err;
+		else
+			hook_refuse(c, err);
 		return -1;
 	}
-	txn_exec(argv);
-	/* execvp-style callers (Python's subprocess) try every PATH entry in
-	 * turn: record the start of a program, not each miss */
-	if (!path || !strchr(path, '/') || access(path, F_OK) == 0)
-		record_exec(path, argv, 0);
+	txn_exec(argv, envp);
+	record_exec(path, argv);
 	return 1;
+}
+
+/* Just before the real exec. */
+static void exec_leave(struct hook_ctx *c)
+{
+	if (txn_vfork_child())
+		errno = c->saved_errno;
+	else
+		hook_leave(c);
 }
 
 EXPORT int execve(const char *p, char *const a[], char *const e[])
@@ -222,10 +249,10 @@ EXPORT int execve(const char *p, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, p, a);
+	int k = exec_enter(&c, p, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(execve)(p, a, e);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execve)(p, a, fixed); });
+	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(execve)(p, a, fixed); });
 	return r;
 }
 
@@ -234,10 +261,10 @@ EXPORT int execveat(int d, const char *p, char *const a[], char *const e[], int 
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, p, a);
+	int k = exec_enter(&c, p, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(execveat)(d, p, a, e, fl);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execveat)(d, p, a, fixed, fl); });
+	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(execveat)(d, p, a, fixed, fl); });
 	return r;
 }
 
@@ -246,10 +273,10 @@ EXPORT int fexecve(int fd, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, "(fexecve)", a);
+	int k = exec_enter(&c, "(fexecve)", a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(fexecve)(fd, a, e);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(fexecve)(fd, a, fixed); });
+	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(fexecve)(fd, a, fixed); });
 	return r;
 }
 
@@ -258,10 +285,10 @@ EXPORT int execvpe(const char *f, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, f, a);
+	int k = exec_enter(&c, f, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(execvpe)(f, a, e);
-	WITH_ENV(e, fixed, { hook_leave(&c); r = REAL(execvpe)(f, a, fixed); });
+	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(execvpe)(f, a, fixed); });
 	return r;
 }
 
@@ -330,14 +357,14 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 		hook_refuse(&c, err);
 		return err;     /* posix_spawn returns the error number */
 	}
-	uint32_t t = txn_for_spawn(a);
+	uint32_t key, t = txn_for_spawn(a, e, &key);
 	spawn_txn = t;
 	WITH_ENV(e, fixed, {
 		r = (search ? REAL(posix_spawnp) : REAL(posix_spawn))(&child, p, fa, at, a, fixed);
 	});
 	spawn_txn = -1;
 	if (r == 0) {
-		txn_spawned(child, t);
+		txn_spawned(child, key);
 		record_exec_txn(p, a, child, t);
 	}
 	if (pid)
@@ -368,8 +395,13 @@ static void environ_restore(void)
 			shim_putenv(sticky[i]);
 }
 
+/* The FTSBX_TXN entry the shell hooks put into environ (a thread's
+ * txn_var may not outlive its thread). */
+static char environ_txn_var[32];
+
 /* Start sh -c CMD through REAL_CALL (system or popen) as a transaction of
- * its own when the root starts it; DONE runs after, with the result r_. */
+ * its own when the root starts it; DONE runs after, with the result r_ and
+ * the tool call's key. */
 #define SHELL_HOOK(real_call, refused, cmd, done) do {                    \
 	struct hook_ctx c;                                                \
 	char *const argv[] = { "sh", "-c", (char *)(cmd), NULL };        \
@@ -381,30 +413,23 @@ static void environ_restore(void)
 		return refused;                                           \
 	}                                                                 \
 	environ_restore();                                                \
-	uint32_t t = txn_for_spawn(argv);                                 \
-	spawn_txn = t;                                                    \
-	set_txn_var();                                                    \
-	shim_putenv(txn_var);                                             \
+	uint32_t key, t = txn_for_spawn(argv, environ, &key);             \
+	snprintf(environ_txn_var, sizeof(environ_txn_var), "FTSBX_TXN=%u", t); \
+	shim_putenv(environ_txn_var);                                     \
 	record_exec_txn("/bin/sh", argv, 0, t);                           \
 	hook_leave(&c);                                                   \
 	__typeof__(real_call) r_ = real_call;                             \
-	spawn_txn = -1;                                                   \
-	set_txn_var();                                                    \
+	snprintf(environ_txn_var, sizeof(environ_txn_var), "FTSBX_TXN=%u", txn_exec_txn()); \
 	done;                                                             \
 	return r_;                                                        \
 } while (0)
 
 EXPORT int system(const char *cmd)
 {
-	SHELL_HOOK(REAL(system)(cmd), 127 << 8, cmd, txn_system_done(t, r_));
+	SHELL_HOOK(REAL(system)(cmd), 127 << 8, cmd, txn_system_done(key, r_));
 }
 
 EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-	SHELL_HOOK(REAL(popen)(cmd, mode), NULL, cmd, (void)t);
-}
-
-EXPORT pid_t vfork(void)
-{
-	return fork();          /* txn.c's, which gives a tool call its transaction */
+	SHELL_HOOK(REAL(popen)(cmd, mode), NULL, cmd, (void)key);
 }

@@ -151,12 +151,15 @@ HIDDEN char *shim_getenv(const char *name);
 HIDDEN void shim_setenv(const char *name, const char *value);
 HIDDEN void shim_putenv(char *var);
 
-/* txn.c: transactions. */
+/* txn.c: transactions. A tool call's key is the id the root took for it
+ * at its start (its transaction, unless it joined a group's). */
 HIDDEN uint32_t shim_txn(void);
-HIDDEN void txn_exec(char *const argv[]);
-HIDDEN uint32_t txn_for_spawn(char *const argv[]);
-HIDDEN void txn_spawned(pid_t pid, uint32_t txn);
-HIDDEN void txn_system_done(uint32_t txn, int status);
+HIDDEN void txn_exec(char *const argv[], char *const envp[]);
+HIDDEN uint32_t txn_exec_txn(void);
+HIDDEN bool txn_vfork_child(void);
+HIDDEN uint32_t txn_for_spawn(char *const argv[], char *const envp[], uint32_t *key);
+HIDDEN void txn_spawned(pid_t pid, uint32_t key);
+HIDDEN void txn_system_done(uint32_t key, int status);
 
 /* guard.c: the policy. Each returns 0 (go on) or the errno that refuses;
  * guard_write returns 1 for a path that is written but not journaled. */

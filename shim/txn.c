@@ -21,12 +21,31 @@
  * Children that are the agent's own machinery rather than tool calls
  * (Python's multiprocessing workers and resource tracker, by default; the
  * FTSBX_NOT_TOOL_CALLS patterns otherwise) run in transaction 0.
+ *
+ * The root learns each tool call's command line for the reaping (the
+ * policy's [rewind] exceptions judge it) through a shared mapping it makes
+ * before its first child: the child leaves it there at its first exec (or
+ * the root, for posix_spawn and system). A harness may make consecutive
+ * tool calls one transaction: children started with the same
+ * FTSBX_TXN_GROUP in their environment share the transaction of the first
+ * of them, until a child with another group, or none, starts.
+ *
+ * vfork stays a vfork (Python's subprocess uses it: a fork of a big agent
+ * costs milliseconds of page-table copying per tool call). A C wrapper
+ * cannot return twice from one stack frame, so vfork is a few instructions
+ * of assembly around the real one (as compiler-rt's interceptors do); the
+ * child, which shares the parent's memory until its exec, runs every hook
+ * but the exec family as the real call, writes its exec record into the
+ * parent's segment (opened before the vfork) and keeps its transaction in
+ * thread-local memory of its own.
  */
 #include <fnmatch.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,28 +53,170 @@
 
 extern char **environ;
 
-/* Children of the root and their transactions (no heap: a fixed table). */
+/* Children of the root: pid and the id it was started with (its key: see
+ * struct shared), one atomic word each, since the agent's threads start and
+ * reap tool calls at once (no heap: a fixed table). */
 #define NCHILD 1024
-static struct { pid_t pid; uint32_t txn; } children[NCHILD];
+static uint64_t children[NCHILD];
 
-static void child_put(pid_t pid, uint32_t txn)
+static void child_put(pid_t pid, uint32_t key)
 {
-	for (int i = 0; i < NCHILD; i++)
-		if (!children[i].pid || children[i].pid == pid) {
-			children[i].pid = pid;
-			children[i].txn = txn;
-			return;
+	uint64_t v = (uint64_t)(uint32_t)pid << 32 | key;
+
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < NCHILD; i++) {
+			uint64_t old = __atomic_load_n(&children[i], __ATOMIC_ACQUIRE);
+			/* first pass: an entry of a reused pid; second: a free one */
+			if ((pass ? old == 0 : old && old >> 32 == (uint32_t)pid) &&
+			    __atomic_compare_exchange_n(&children[i], &old, v, false, __ATOMIC_ACQ_REL,
+							__ATOMIC_ACQUIRE))
+				return;
 		}
 }
 
 static uint32_t child_take(pid_t pid)
 {
-	for (int i = 0; i < NCHILD; i++)
-		if (children[i].pid == pid) {
-			children[i].pid = 0;
-			return children[i].txn;
-		}
+	for (int i = 0; i < NCHILD; i++) {
+		uint64_t old = __atomic_load_n(&children[i], __ATOMIC_ACQUIRE);
+		if (old && old >> 32 == (uint32_t)pid &&
+		    __atomic_compare_exchange_n(&children[i], &old, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return (uint32_t)old;
+	}
 	return 0;
+}
+
+/*
+ * What the root and its children share about tool calls: an anonymous
+ * shared mapping the root makes before its first child, so that fork
+ * children inherit it (and vfork ones share it anyway); an exec drops it.
+ * Each tool call has a key, the id the root took for it at its start: its
+ * slot (key % NSLOT, tagged with the key) holds the transaction it runs in
+ * (the key itself, or its group's) and its command line. A slot reused
+ * before its tool call was reaped (NSLOT starts later) just loses the
+ * command line. The current group's name and transaction are under a small
+ * spin lock (held for a compare and a copy).
+ */
+#define NSLOT 256
+#define SLOT_ARGV 2040
+struct slot {
+	uint32_t key, txn;
+	char argv[SLOT_ARGV];           /* the words, each ended by a NUL; an empty word ends */
+};
+struct shared {
+	uint32_t lock, group_txn;
+	char group[248];
+	struct slot slot[NSLOT];
+};
+static struct shared *sh;
+
+/* The root's shared mapping, made at its first child (NULL if mmap fails). */
+static struct shared *shared_get(void)
+{
+	struct shared *s = __atomic_load_n(&sh, __ATOMIC_ACQUIRE), *none = NULL;
+
+	if (s || !shim.root)
+		return s;
+	s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (s == MAP_FAILED)
+		return NULL;
+	if (!__atomic_compare_exchange_n(&sh, &none, s, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		munmap(s, sizeof(*s));
+		s = none;
+	}
+	return s;
+}
+
+static void shared_lock(struct shared *s)
+{
+	/* a holder killed inside (a few instructions) would hold it forever:
+	 * after about a second of waiting, take it anyway */
+	for (int i = 0; __atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE) && i < 1000000; i++)
+		sched_yield();
+}
+
+static void shared_unlock(struct shared *s)
+{
+	__atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Keep ARGV in KEY's slot, with TXN; a command line that does not fit is
+ * not kept at all (a cut one could match an exception the whole does not). */
+static void slot_put(struct shared *s, uint32_t key, uint32_t txn, char *const argv[])
+{
+	struct slot *sl = &s->slot[key % NSLOT];
+	size_t n = 0;
+
+	__atomic_store_n(&sl->key, 0, __ATOMIC_RELEASE);
+	sl->txn = txn;
+	for (char *const *a = argv; a && *a; a++) {
+		size_t l = strlen(*a);
+		if (n + l + 3 > SLOT_ARGV) {
+			n = 0;
+			break;
+		}
+		if (l)
+			memcpy(sl->argv + n, *a, l);
+		else
+			sl->argv[n + l++] = ' ';        /* an empty word would end the list */
+		n += l;
+		sl->argv[n++] = 0;
+	}
+	sl->argv[n] = 0;
+	__atomic_store_n(&sl->key, key, __ATOMIC_RELEASE);
+}
+
+/* KEY's transaction, and its command line into WORDS (NULL-ended, pointing
+ * into STORE); false when its slot was never written or was reused. */
+static bool slot_get(uint32_t key, uint32_t *txn, char *words[], size_t nwords, char store[SLOT_ARGV])
+{
+	struct slot *sl = sh ? &sh->slot[key % NSLOT] : NULL;
+	size_t k = 0;
+
+	if (!sl || __atomic_load_n(&sl->key, __ATOMIC_ACQUIRE) != key)
+		return false;
+	*txn = sl->txn;
+	memcpy(store, sl->argv, SLOT_ARGV);
+	store[SLOT_ARGV - 1] = store[SLOT_ARGV - 2] = 0;
+	for (char *w = store; *w && k + 1 < nwords; w += strlen(w) + 1)
+		words[k++] = w;
+	words[k] = NULL;
+	return __atomic_load_n(&sl->key, __ATOMIC_ACQUIRE) == key;
+}
+
+static const char *env_value(char *const envp[], const char *name)
+{
+	size_t n = strlen(name);
+
+	for (char *const *e = envp; e && *e; e++)
+		if (!strncmp(*e, name, n) && (*e)[n] == '=')
+			return *e + n + 1;
+	return NULL;
+}
+
+/* The transaction of tool call KEY started with ENVP: KEY, or that of the
+ * running group when ENVP names it (MAY_JOIN: the child has recorded
+ * nothing under KEY yet). Its command line ARGV is kept for the reaping. */
+static uint32_t tool_call_txn(uint32_t key, char *const argv[], char *const envp[], bool may_join)
+{
+	struct shared *s = sh;
+	const char *group = env_value(envp, "FTSBX_TXN_GROUP");
+	uint32_t txn = key;
+
+	if (!s)
+		return key;
+	shared_lock(s);
+	if (!group || !*group || strlen(group) >= sizeof(s->group) || !may_join) {
+		s->group_txn = 0;               /* the group, if any, ends here */
+		s->group[0] = 0;
+	} else if (s->group_txn && !strcmp(s->group, group)) {
+		txn = s->group_txn;
+	} else {
+		strcpy(s->group, group);
+		s->group_txn = key;
+	}
+	shared_unlock(s);
+	slot_put(s, key, txn, argv);
+	return txn;
 }
 
 static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int status, bool with_status)
@@ -83,11 +244,28 @@ static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int statu
 	jseg_append(g, &b, NULL);
 }
 
+/* A vfork child until its exec: its transaction, the key it was started
+ * with (0 for a child of a process other than the root), and where the
+ * vfork returns to. Thread-local: the child runs on the thread-local memory
+ * of the parent's thread that called vfork, which waits meanwhile. */
+static __thread struct {
+	void *ret;
+	uint32_t txn, key;
+	bool on, child, decided;
+} vf __attribute__((tls_model("initial-exec")));
+
+HIDDEN bool txn_vfork_child(void)
+{
+	return vf.child;
+}
+
 /* The transaction of this process's next record: the root takes its own
  * lazily; the first process of a tool call writes its J_TXN_BEGIN at its
  * first record. */
 HIDDEN uint32_t shim_txn(void)
 {
+	if (__builtin_expect(vf.child, 0))
+		return vf.txn;
 	if (shim.root && !shim.txn && shim.session_open) {
 		shim.txn = jsession_next_txn(&shim.s);
 		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false);
@@ -150,16 +328,55 @@ static uint32_t *released(void)
 	return (uint32_t *)((char *)shim.s.ctr + 512);
 }
 
-/* An exec in a fresh tool-call child that turns out to be the agent's own
- * machinery: move it out of the transaction. */
-HIDDEN void txn_exec(char *const argv[])
+static void release(uint32_t key)
 {
+	if (shim.session_open || shim_segment(&(struct jseg *){ NULL }) == 0)
+		__atomic_store_n(&released()[key % RELEASED_SLOTS], key, __ATOMIC_RELEASE);
+}
+
+/* A fork child of the root before its first exec: the key it was started
+ * with (0 once decided, and in every other process). */
+static uint32_t fork_key;
+
+/* The first exec of a tool call's child (ENVP: the environment it passes):
+ * the agent's own machinery leaves the transaction, a group member joins
+ * its group's, and the command line is kept for the root. */
+HIDDEN void txn_exec(char *const argv[], char *const envp[])
+{
+	if (vf.child) {
+		if (vf.key && !vf.decided) {
+			vf.decided = true;
+			if (not_a_tool_call(argv)) {
+				release(vf.key);
+				vf.txn = 0;
+			} else {
+				vf.txn = tool_call_txn(vf.key, argv, envp, true);
+			}
+		}
+		return;
+	}
+	if (!fork_key)
+		return;
 	if (shim.txn_fresh && not_a_tool_call(argv)) {
-		if (shim.session_open || shim_segment(&(struct jseg *){ NULL }) == 0)
-			__atomic_store_n(&released()[shim.txn % RELEASED_SLOTS], shim.txn, __ATOMIC_RELEASE);
+		release(fork_key);
 		shim.txn = 0;
 		shim.txn_fresh = false;
+	} else {
+		uint32_t t = tool_call_txn(fork_key, argv, envp, shim.txn_fresh);
+		if (t != shim.txn) {    /* joined a group whose first member began it */
+			shim.txn = t;
+			shim.txn_fresh = false;
+		}
 	}
+	fork_key = 0;
+}
+
+/* The FTSBX_TXN of a program this process execs. */
+HIDDEN uint32_t txn_exec_txn(void)
+{
+	if (vf.child)
+		return vf.txn;
+	return shim.root ? 0 : shim.txn;
 }
 
 static bool was_released(uint32_t t)
@@ -169,22 +386,27 @@ static bool was_released(uint32_t t)
 	return __atomic_compare_exchange_n(slot, &t, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
-/* The transaction a child about to be started by posix_spawn or system
- * belongs to (ARGV: its command line). */
-HIDDEN uint32_t txn_for_spawn(char *const argv[])
+/* The transaction of a child about to be started by posix_spawn or system
+ * (ARGV, ENVP: its command line and environment); *KEY is what the root
+ * passes to txn_spawned or txn_system_done once it started (0: nothing to
+ * follow). */
+HIDDEN uint32_t txn_for_spawn(char *const argv[], char *const envp[], uint32_t *key)
 {
+	*key = 0;
 	if (!shim.root || !shim.session_open)
 		return shim_txn();
 	if (not_a_tool_call(argv))
 		return 0;
 	root_cut();
-	return jsession_next_txn(&shim.s);
+	*key = jsession_next_txn(&shim.s);
+	shared_get();
+	return tool_call_txn(*key, argv, envp, true);
 }
 
-HIDDEN void txn_spawned(pid_t pid, uint32_t txn)
+HIDDEN void txn_spawned(pid_t pid, uint32_t key)
 {
-	if (shim.root && txn)
-		child_put(pid, txn);
+	if (shim.root && key)
+		child_put(pid, key);
 }
 
 EXPORT pid_t fork(void)
@@ -193,22 +415,143 @@ EXPORT pid_t fork(void)
 	pid_t pid;
 
 	shim_ensure();
-	if (!shim_ready || shim_busy || !shim.root || !shim.session_open)
-		return REAL(fork)();
+	if (shim_ready && vf.child) {
+		/* a vfork child forking: the grandchild has memory of its own */
+		pid = REAL(fork)();
+		if (pid == 0) {
+			shim.root = false;
+			shim.txn = vf.txn;
+			shim.txn_fresh = false;
+			fork_key = 0;
+			vf.child = vf.on = false;
+			shim_busy = false;
+		}
+		return pid;
+	}
+	if (!shim_ready || shim_busy || !shim.root || !shim.session_open) {
+		pid = REAL(fork)();
+		if (pid == 0)
+			fork_key = 0;   /* a child of a fork child decides nothing */
+		return pid;
+	}
 	shim_busy = true;
 	root_cut();
 	t = jsession_next_txn(&shim.s);
+	shared_get();
 	shim_busy = false;
 	pid = REAL(fork)();
 	if (pid == 0) {
 		shim.root = false;
 		shim.txn = t;
 		shim.txn_fresh = true;
+		fork_key = t;
 	} else if (pid > 0) {
 		child_put(pid, t);
 	}
 	return pid;
 }
+
+/*
+ * vfork. txn_vfork_enter runs first (RET: where the caller continues): 0
+ * to vfork here, else the call becomes a fork. The child needs this
+ * process's segment open, since it cannot open one of its own in memory it
+ * shares. After the real vfork, txn_vfork_leave runs in the child (which
+ * marks itself: its hooks but the exec family pass through) and, once the
+ * child has exec'd or exited, in the parent (which takes the thread back).
+ */
+struct vret { long r; void *ret; };
+
+HIDDEN __attribute__((used)) int txn_vfork_enter(void *ret)
+{
+	struct jseg *g;
+
+	shim_ensure();
+	if (!shim_ready) {
+		vf.on = false;
+		vf.ret = ret;
+		return 0;
+	}
+	if (vf.child || shim_busy || !REAL(vfork))
+		return 1;
+	shim_busy = true;
+	shim_pid();             /* cached now: the child must not cache its own here */
+	if (shim_segment(&g)) {
+		shim_busy = false;
+		return 1;
+	}
+	vf.key = 0;
+	if (shim.root) {
+		root_cut();
+		vf.key = vf.txn = jsession_next_txn(&shim.s);
+		shared_get();
+	} else {
+		vf.txn = shim_txn();
+	}
+	vf.decided = false;
+	vf.ret = ret;
+	vf.on = true;
+	shim_busy = false;
+	return 0;
+}
+
+HIDDEN __attribute__((used)) struct vret txn_vfork_leave(long r)
+{
+	struct vret v = { r, vf.ret };
+	int e;
+
+	if (!vf.on)
+		return v;
+	if (r == 0) {
+		vf.child = true;
+		shim_busy = true;
+		return v;
+	}
+	e = errno;
+	vf.child = vf.on = false;
+	shim_busy = false;
+	if (r > 0 && vf.key)
+		child_put((pid_t)r, vf.key);
+	/* path.c's chdir hook, run by a child that chdir'd before its exec,
+	 * refreshed the cwd this process caches: read it again */
+	cwd_refresh();
+	errno = e;
+	return v;
+}
+
+HIDDEN __attribute__((used)) pid_t txn_vfork_fallback(void)
+{
+	return fork();
+}
+
+#if defined(__x86_64__)
+/* The return address is kept in thread-local memory, not on the stack:
+ * the child returns first and reuses the stack below the caller's frame. */
+__asm__(
+	"	.text\n"
+	"	.globl	vfork\n"
+	"	.type	vfork, @function\n"
+	"	.p2align 4\n"
+	"vfork:\n"
+	"	movq	(%rsp), %rdi\n"
+	"	subq	$8, %rsp\n"
+	"	call	txn_vfork_enter\n"
+	"	addq	$8, %rsp\n"
+	"	testl	%eax, %eax\n"
+	"	jnz	1f\n"
+	"	popq	%rdi\n"
+	"	movq	real_vfork(%rip), %rax\n"
+	"	call	*%rax\n"
+	"	movq	%rax, %rdi\n"
+	"	call	txn_vfork_leave\n"
+	"	jmp	*%rdx\n"
+	"1:	jmp	txn_vfork_fallback\n"
+	"	.size	vfork, .-vfork\n");
+#else
+EXPORT pid_t vfork(void)
+{
+	return fork();          /* elsewhere a vfork child runs as a fork child */
+}
+#endif
 
 /* Run txreplay to rewind transaction TXN, unwrapped. */
 static void rewind_txn(uint32_t txn, int status)
@@ -237,14 +580,13 @@ static void rewind_txn(uint32_t txn, int status)
 			env[k++] = *e;
 	env[k] = NULL;
 	char *argv[] = { tx, "rewind", shim.journal, "--txn", num, NULL };
-	pid = REAL(fork)();
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-		if (null >= 0)
-			dup2(null, 1);
-		REAL(execve)(tx, argv, env);
-		_exit(127);
-	}
+	posix_spawn_file_actions_t fa;
+	/* spawned, not forked: a fork of a big agent costs its page tables */
+	if (posix_spawn_file_actions_init(&fa) ||
+	    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0) ||
+	    REAL(posix_spawn)(&pid, tx, &fa, NULL, argv, env))
+		pid = -1;
+	posix_spawn_file_actions_destroy(&fa);
 	if (pid > 0)
 		while (REAL(waitpid)(pid, &st, 0) < 0 && errno == EINTR)
 			;
@@ -257,32 +599,116 @@ static void rewind_txn(uint32_t txn, int status)
 		return;
 }
 
-/* The root reaped PID with STATUS. */
-static void reaped(pid_t pid, int status)
+static bool is_shell(const char *a0)
 {
-	uint32_t t;
+	const char *b = strrchr(a0, '/');
+	static const char *const shells[] = { "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash" };
 
-	if (!shim.root || pid <= 0 || (!WIFEXITED(status) && !WIFSIGNALED(status)))
-		return;
-	t = child_take(pid);
-	if (!t || was_released(t))
+	b = b ? b + 1 : a0;
+	for (size_t i = 0; i < sizeof(shells) / sizeof(shells[0]); i++)
+		if (!strcmp(b, shells[i]))
+			return true;
+	return false;
+}
+
+/*
+ * The command a tool call ran, as the policy's [rewind] exceptions see it.
+ * Agents run tools through sh -c: a shell started with -c and a string that
+ * is one plain command (words, quotes and globs; only "cd DIR &&" before
+ * it) stands for that command, its words made in BUF. Anything else the
+ * shell would expand, redirect, pipe or sequence leaves ARGV as it is.
+ */
+static char *const *command_of(char *const argv[], char *buf, size_t cap, char *words[], size_t nmax)
+{
+	const char *o = argv && argv[0] && argv[1] ? argv[1] : NULL;
+	size_t n = 0, k = 0, cmd = 0;
+	bool word = false;
+
+	if (!o || !argv[2] || !is_shell(argv[0]) || o[0] != '-' || !strchr(o, 'c') || strspn(o + 1, "abcefhiklmnprtuvx") !=
+	    strlen(o + 1))
+		return argv;
+	for (const char *p = argv[2];; p++) {
+		char c = *p;
+		if (c == 0 || c == ' ' || c == '\t') {
+			if (word) {
+				buf[n++] = 0;
+				word = false;
+			}
+			if (!c)
+				break;
+			continue;
+		}
+		if (n + 2 >= cap || k + 2 >= nmax)
+			return argv;
+		if (c == '&' && p[1] == '&' && !word) {
+			/* only "cd DIR" may come before */
+			if (k - cmd != 2 || strcmp(words[cmd], "cd"))
+				return argv;
+			cmd = k;
+			p++;
+			continue;
+		}
+		if (!word) {
+			/* a comment, a tilde, an assignment before the command */
+			if (c == '#' || c == '~' || (k == cmd && strchr(p, '=') && strchr(p, '=') < p + strcspn(p, " \t")))
+				return argv;
+			words[k++] = buf + n;
+			word = true;
+		}
+		if (c == '\'' || c == '"') {
+			const char *end = strchr(p + 1, c);
+			if (!end || (c == '"' && strpbrk(p + 1, "$`\\!") && strpbrk(p + 1, "$`\\!") < end) ||
+			    n + (size_t)(end - p) + 2 >= cap)
+				return argv;
+			memcpy(buf + n, p + 1, (size_t)(end - p - 1));
+			n += (size_t)(end - p - 1);
+			p = end;
+			continue;
+		}
+		if (strchr(";|&<>()$`\\{}!\n", c))
+			return argv;
+		buf[n++] = c;
+	}
+	words[k] = NULL;
+	return k > cmd ? words + cmd : argv;
+}
+
+/* Tool call KEY ended with STATUS (PID: its process, 0 for system()):
+ * its txn-end record, and its rewind when it failed and the policy says so
+ * for its command line. */
+static void ended(uint32_t key, pid_t pid, int status)
+{
+	char store[SLOT_ARGV], *words[256], inner[SLOT_ARGV], *iwords[256];
+	uint32_t t = key;
+	bool known = slot_get(key, &t, words, sizeof(words) / sizeof(words[0]), store);
+
+	if (!t)
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, t, pid, status, true);
-	if (guard_rewind_counts(status, NULL))
+	if (guard_rewind_counts(status, known ? command_of(words, inner, sizeof(inner), iwords, 256) : NULL))
 		rewind_txn(t, status);
 	shim_busy = false;
 }
 
-HIDDEN void txn_system_done(uint32_t txn, int status)
+/* The root reaped PID with STATUS. */
+static void reaped(pid_t pid, int status)
 {
-	if (!shim.root || !txn || status == -1)
+	uint32_t key;
+
+	if (!shim.root || pid <= 0 || (!WIFEXITED(status) && !WIFSIGNALED(status)))
 		return;
-	shim_busy = true;
-	write_txn_record(J_TXN_END, txn, 0, status, true);
-	if (guard_rewind_counts(status, NULL))
-		rewind_txn(txn, status);
-	shim_busy = false;
+	key = child_take(pid);
+	if (!key || was_released(key))
+		return;
+	ended(key, pid, status);
+}
+
+HIDDEN void txn_system_done(uint32_t key, int status)
+{
+	if (!shim.root || !key || status == -1)
+		return;
+	ended(key, 0, status);
 }
 
 #define REAP(call, pidexpr, statusp) do {                        \
