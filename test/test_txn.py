@@ -8,7 +8,9 @@ import os
 import subprocess
 import textwrap
 
-from conftest import BUILD, TXREPLAY, assert_same, populate, snapshot
+import pytest
+
+from conftest import BUILD, TXREPLAY, assert_same, diff_snapshots, populate, snapshot
 
 SHIM = os.path.join(BUILD, "libftsbx.so")
 
@@ -86,3 +88,286 @@ def test_each_tool_call_is_its_own_transaction_with_its_command_line(tmp_path):
     calls = [" ".join(row["argv"] or []) for row in rows if row["txn"] != 0]
     assert not any("multiprocessing" in c for c in calls), calls
     assert (ws / "state.txt").read_text() == "zero\none\ntwo\nthree\n"
+
+
+# --- the policy's [rewind] exceptions see the tool call's command line -----------
+
+# A test runner the default policy excepts from rewind on failure ("prove"),
+# failing after it changed the workspace, as failing test runs do.
+PROVE = "#!/bin/sh\necho 'prove ran' >> state.txt\nrm -f a.txt\nmkdir -p t/out && echo log > t/out/log\nexit 1\n"
+
+# The agent runs each command with the start method MODE and leaves a
+# snapshot of the workspace after each one (conftest.snapshot) beside it.
+START_AGENT = textwrap.dedent("""
+    import os, pickle, shlex, subprocess, sys
+    sys.path.insert(0, sys.argv[2])
+    from conftest import snapshot
+
+    def start(mode, argv, env):
+        if mode == "vfork":             # subprocess's default: close_fds, vfork + exec
+            return subprocess.run(argv, env=env).returncode
+        if mode == "fork":              # fork + exec (as before Python 3.10, or with preexec_fn)
+            subprocess._USE_VFORK = False
+            try:
+                return subprocess.run(argv, env=env).returncode
+            finally:
+                subprocess._USE_VFORK = True
+        if mode == "spawn":             # subprocess through posix_spawn (no close_fds, a path)
+            return subprocess.run(argv, env=env, close_fds=False).returncode
+        if mode == "os_posix_spawn":
+            pid = os.posix_spawn(argv[0], argv, env)
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        if mode == "system":            # the environment of system() is the agent's own
+            saved = dict(os.environ)
+            os.environ.clear()
+            os.environ.update(env)
+            try:
+                return os.waitstatus_to_exitcode(os.system(shlex.join(argv)))
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+        raise ValueError(mode)
+
+    mode, out, calls = sys.argv[1], sys.argv[3], sys.argv[4:]
+    snaps, codes = [snapshot(b".")], []
+    for i in range(0, len(calls), 3):
+        env = dict(os.environ)
+        if calls[i + 1]:
+            env["FTSBX_TXN_GROUP"] = calls[i + 1]
+        codes.append(start(calls[i] or mode, calls[i + 2].split("\x1f"), env))
+        snaps.append(snapshot(b"."))
+    with open(out, "wb") as f:
+        pickle.dump((codes, snaps), f)
+""")
+
+TESTDIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def start_calls(tmp_path, ws, mode, calls, on_failure="rewind", extra_env=None):
+    """Run CALLS ([(mode or None, argv)] or [(mode, argv, group)]) from an
+    agent under the shim, each started by MODE unless it names its own, in
+    the transaction group GROUP if any; the exit codes and the workspace
+    snapshots before and after each call."""
+    agent = tmp_path / "start_agent.py"
+    agent.write_text(START_AGENT)
+    out = tmp_path / "snaps.pickle"
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               FTSBX_ON_FAILURE=on_failure, PATH="/usr/local/bin:/usr/bin:/bin", **(extra_env or {}))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP", "PYTHONDONTWRITEBYTECODE"):
+        env.pop(k, None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"    # conftest's own .pyc stays out of the journal
+    args = [a for m, argv, *group in calls for a in (m or "", group[0] if group else "", "\x1f".join(argv))]
+    r = subprocess.run(["/usr/bin/python3", str(agent), mode, TESTDIR, str(out), *args], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import pickle
+    with open(out, "rb") as f:
+        codes, snaps = pickle.load(f)
+    return r, codes, snaps
+
+
+def txn_rows(tmp_path):
+    """The transactions of the tool calls (not the agent's own writes)."""
+    out = subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    return [row for row in rows if row["argv"] and row["argv"][0] != "/usr/bin/python3"]
+
+
+def prove_script(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    prove = bindir / "prove"
+    prove.write_text(PROVE)
+    prove.chmod(0o755)
+    return str(prove)
+
+
+FAILING = ["/bin/bash", "-c", "echo 'bash ran' >> state.txt; rm -f empty; mkdir -p u && echo x > u/f; exit 3"]
+
+
+@pytest.mark.parametrize("mode", ["vfork", "fork", "spawn", "os_posix_spawn", "system"])
+def test_a_failing_exempt_command_is_kept_a_failing_other_one_rewound(tmp_path, mode):
+    ws = setup_ws(tmp_path)
+    prove = prove_script(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    r, codes, snaps = start_calls(tmp_path, ws, mode, [(None, [prove]), (None, FAILING)])
+    assert codes == [1, 3], r.stderr
+    assert_same(before, snaps[0])
+    # the test runner failed, as test runs do: its changes stay
+    assert (ws / "state.txt").read_text() == "zero\nprove ran\n"
+    assert not (ws / "a.txt").exists() and (ws / "t" / "out" / "log").exists()
+    assert diff_snapshots(snaps[0], snaps[1])
+    # the other failing call was rewound before the agent saw its status:
+    # the tree is exactly as the test runner left it
+    assert_same(snaps[1], snaps[2], "the tree after the rewound call")
+    rows = {" ".join(row["argv"] or []): row for row in txn_rows(tmp_path)}
+    kept = [row for cmd, row in rows.items() if cmd.endswith("prove")]
+    rewound = [row for cmd, row in rows.items() if "exit 3" in cmd]
+    assert len(kept) == 1 and kept[0]["status"] == 1 and kept[0]["rewound"] == "no", rows
+    assert len(rewound) == 1 and rewound[0]["status"] == 3 and rewound[0]["rewound"] == "yes", rows
+    assert f"transaction {rewound[0]['txn']}) exited with 3" in r.stderr
+    assert f"transaction {kept[0]['txn']})" not in r.stderr
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+@pytest.mark.parametrize("mode", ["vfork", "fork"])
+def test_an_exempt_command_behind_sh_c_is_kept(tmp_path, mode):
+    """Agents run their tools as sh -c STRING: a string that is one plain
+    command (after a cd) is judged as that command; a longer script is not."""
+    ws = setup_ws(tmp_path)
+    prove = prove_script(tmp_path)
+    r, codes, snaps = start_calls(tmp_path, ws, mode, [
+        (None, ["bash", "-c", f"cd . && {prove} -v 't/x y'"]),
+        (None, ["sh", "-c", f"{prove}; echo done"]),
+    ])
+    assert codes == [1, 0]
+    r, codes, snaps = start_calls(tmp_path, ws, mode, [(None, ["sh", "-c", f"{prove} || exit 4"])])
+    assert codes == [4]
+    assert_same(snaps[0], snaps[1], "the tree after the rewound script")
+    rows = txn_rows(tmp_path)
+    assert [row["rewound"] for row in rows if row["status"] == 1] == ["no"], rows
+    assert [row["rewound"] for row in rows if row["status"] == 4] == ["yes"], rows
+
+
+def test_a_vfork_child_that_changes_directory_leaves_the_agents_paths_alone(tmp_path):
+    """Python's subprocess runs its child's chdir (cwd=) on the agent's own
+    memory (vfork): the agent's later relative writes are still journaled
+    under its own directory."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "cwd_agent.py"
+    agent.write_text(textwrap.dedent(f"""
+        import subprocess
+        for i in range(3):
+            subprocess.run(["true"], cwd={str(tmp_path)!r}, check=True)
+            with open(f"rel{{i}}.txt", "w") as f:
+                f.write("written by the agent\\n")
+    """))
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
+        env.pop(k, None)
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
+                                                       capture_output=True, text=True).stdout.splitlines()]
+    created = {row["path"] for row in log if row["op"] == "create"}
+    assert {str(ws / f"rel{i}.txt") for i in range(3)} <= created, created
+    execs = [row for row in log if row["op"] == "exec" and row["argv"] == ["true"]]
+    assert len(execs) == 3 and all(row["cwd"] == str(tmp_path) for row in execs), execs
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# --- FTSBX_TXN_GROUP: a harness makes several tool calls one transaction --------
+
+def step(n):
+    return ["/bin/sh", "-c", f"echo 'step {n}' >> state.txt; mkdir -p g{n} && echo {n} > g{n}/f; rm -f sym"]
+
+
+def exec_txns(tmp_path):
+    """The transaction of each step's exec record, by step."""
+    log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
+                                                       capture_output=True, text=True).stdout.splitlines()]
+    return {row["argv"][2].split("'")[1]: row["txn"] for row in log
+            if row["op"] == "exec" and row["argv"] and row["argv"][:2] == ["/bin/sh", "-c"]}
+
+
+def test_a_group_of_separately_started_processes_is_one_transaction(tmp_path):
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    r, codes, snaps = start_calls(tmp_path, ws, "vfork", [
+        (None, step(1)),
+        ("vfork", step(2), "build"),
+        ("os_posix_spawn", step(3), "build"),
+        ("fork", step(4), "build"),
+        (None, ["cat", "state.txt"]),           # no group: the group ends
+        ("spawn", step(5), "build"),            # the same name again: a new transaction
+    ], on_failure="keep")
+    assert codes == [0] * 6, r.stderr
+    txn = exec_txns(tmp_path)
+    assert txn["step 2"] == txn["step 3"] == txn["step 4"], txn
+    assert len({txn["step 1"], txn["step 2"], txn["step 5"]}) == 3, txn
+    rows = {row["txn"]: row for row in txn_rows(tmp_path)}
+    group = rows[txn["step 2"]]
+    assert group["argv"] == step(2) and group["changes"] >= 6, group
+    assert [row["txn"] for row in rows.values() if row["argv"] in (step(3), step(4))] == [], rows
+    # rewound together, and nothing else: back to the tree after step 1,
+    # with step 5 rewound first (it built on the group's state.txt)
+    for t in (txn["step 5"], txn["step 2"]):
+        out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j"), "--txn", str(t)], capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+    assert_same(snaps[1], snapshot(os.fsencode(ws)), "the tree after the group's rewind")
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+def test_a_failing_member_rewinds_its_whole_group(tmp_path):
+    ws = setup_ws(tmp_path)
+    fail = ["/bin/sh", "-c", "echo 'step 3' >> state.txt; exit 5"]
+    r, codes, snaps = start_calls(tmp_path, ws, "vfork", [
+        (None, step(1)),
+        (None, step(2), "edit"),
+        ("fork", fail, "edit"),
+        (None, step(4), "edit"),        # the group goes on, in the same transaction
+    ])
+    assert codes == [0, 0, 5, 0], r.stderr
+    assert_same(snaps[1], snaps[3], "the tree after the group's failed member")
+    txn = exec_txns(tmp_path)
+    assert txn["step 2"] == txn["step 3"] == txn["step 4"] != txn["step 1"], txn
+    assert f"(transaction {txn['step 2']}) exited with 5" in r.stderr
+    assert (ws / "state.txt").read_text() == "zero\nstep 1\nstep 4\n"
+
+
+def test_tool_calls_started_from_threads_at_once_are_each_their_own_transaction(tmp_path):
+    """vfork from four threads at once (each child on its thread's memory),
+    fork and posix_spawn mixed in: every call is one transaction holding
+    exactly its own change, and its failure rewinds only that."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "threads_agent.py"
+    agent.write_text(textwrap.dedent("""
+        import os, subprocess
+        from concurrent.futures import ThreadPoolExecutor
+
+        def call(i):
+            cmd = f"echo {i} > out{i}.txt" + ("; exit 1" if i % 10 == 7 else "")
+            if i % 5 == 1:
+                return subprocess.run(["sh", "-c", cmd], close_fds=False, executable="/bin/sh").returncode
+            return subprocess.run(["sh", "-c", cmd]).returncode
+
+        with ThreadPoolExecutor(4) as pool:
+            codes = list(pool.map(call, range(80)))
+        assert codes == [1 if i % 10 == 7 else 0 for i in range(80)], codes
+    """))
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               FTSBX_ON_FAILURE="rewind")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
+        env.pop(k, None)
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in ws.glob("out*.txt")) == sorted(f"out{i}.txt" for i in range(80) if i % 10 != 7)
+    log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
+                                                       capture_output=True, text=True).stdout.splitlines()]
+    by_cmd = {}
+    for row in log:
+        if row["op"] == "exec" and row["argv"] and row["argv"][0] == "sh":
+            by_cmd.setdefault(row["argv"][2].split()[1], set()).add(row["txn"])
+    assert len(by_cmd) == 80 and all(len(t) == 1 for t in by_cmd.values()), by_cmd
+    txns = {i: by_cmd[str(i)].pop() for i in range(80)}
+    assert len(set(txns.values())) == 80
+    for row in log:
+        if row["op"] == "create" and row["path"].startswith(str(ws / "out")):
+            i = int(row["path"][len(str(ws / "out")):-4])
+            assert row["txn"] == txns[i], (row, txns[i])
+            assert row["rewound"] == (i % 10 == 7), row
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
