@@ -13,6 +13,11 @@
  * wrapped: it prints one summary line on stderr (changes, tool calls,
  * refusals, rewinds, where the journal is) and stores the chain heads of the
  * journal's segments beside it (DIR.heads), out of the session's reach.
+ *
+ * The fixed cost is two program starts: ftsbx's and CMD's. What ftsbx does
+ * besides, it does while CMD's program loads: it creates the session (the
+ * root, meanwhile compiling the policy, waits for it on a pipe only to
+ * publish the policy there) and opens DIR.heads.
  */
 #include <errno.h>
 #include <fcntl.h>
