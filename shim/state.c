@@ -147,7 +147,7 @@ static int open_session(void)
 
 /*
  * `ftsbx run` creates the session while the command starts (tools/run.c) and
- * hands the root the read end of a pipe (FTSBX_SESSION_READY=FD) that it
+ * hands the root the read end of a pipe (FTSBX_SESSION_READY=FD:INODE) that it
  * closes once the session is there. The root compiles its policy meanwhile
  * and waits only then, at its first shim_session() (guard.c's, before the
  * policy is published). Whether ftsbx managed or not, the root then opens
@@ -167,8 +167,12 @@ static void take_ready_fd(void)
 
 	if (!v)
 		return;
-	int fd = (int)strtol(v, NULL, 10);
-	if (fd > 2 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode))
+	/* FD:INODE: a descriptor inherited past a program without the shim
+	 * (a static root) may be another pipe by now */
+	char *colon;
+	int fd = (int)strtol(v, &colon, 10);
+	unsigned long long ino = *colon == ':' ? strtoull(colon + 1, NULL, 10) : 0;
+	if (fd > 2 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && st.st_ino == ino)
 		ready_fd = fd;
 	for (e = environ; e[k]; k++)
 		;

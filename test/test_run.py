@@ -1,6 +1,7 @@
 """ftsbx run: a command as a session under the shim, its exit status passed
 through, the whole session rewound on failure when asked, the chain heads
 kept beside the journal, one summary line."""
+import json
 import os
 import shutil
 import subprocess
@@ -92,3 +93,24 @@ def test_run_a_durable_session_syncs_in_every_process(tmp_path):
         elif pid in exec_of_sh and call.startswith(("fsync(", "fdatasync(")):
             synced_after_exec.add(pid)
     assert exec_of_sh and exec_of_sh == synced_after_exec, log.read_text()
+
+
+def test_run_creates_the_session_for_its_root_and_leaves_no_trace_in_its_environment(tmp_path):
+    """ftsbx creates the session while the command starts (the session record
+    names the command); the descriptor the root waits on is gone below it."""
+    make_ws(tmp_path)
+    r = run(tmp_path, "--", "bash", "-c", "env | grep -c FTSBX_SESSION_READY; true")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "0"
+    log = subprocess.run([os.path.join(BUILD, "txreplay"), "log", "--json", str(tmp_path / "j")],
+                         capture_output=True, text=True, check=True).stdout
+    session = [json.loads(line) for line in log.splitlines() if json.loads(line)["op"] == "session"]
+    assert session and session[0]["argv"][:2] == ["bash", "-c"]
+
+
+def test_run_of_a_missing_program_leaves_no_session(tmp_path):
+    make_ws(tmp_path)
+    r = run(tmp_path, "--", "no-such-program-here")
+    assert r.returncode == 127
+    assert "cannot run" in r.stderr
+    assert not (tmp_path / "j").exists() and not (tmp_path / "j.heads").exists()

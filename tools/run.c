@@ -257,10 +257,12 @@ int cmd_run(int argc, char **argv)
 		/* only the session's root gets the shim: ftsbx (and the txreplay
 		 * it may run afterwards) stay unwrapped */
 		if (!prepare_env(lib, journal, policy, calls)) {
-			if (ready[0] >= 0 && exec[0] >= 0 && fcntl(ready[0], F_SETFD, 0) == 0) {
-				char fd[16];
-				snprintf(fd, sizeof(fd), "%d", ready[0]);
-				if (set("FTSBX_SESSION_READY", fd))
+			struct stat st;
+			if (ready[0] >= 0 && exec[0] >= 0 && fstat(ready[0], &st) == 0 &&
+			    fcntl(ready[0], F_SETFD, 0) == 0) {
+				char v[48];     /* FD:INODE, so that no other pipe is taken for it */
+				snprintf(v, sizeof(v), "%d:%llu", ready[0], (unsigned long long)st.st_ino);
+				if (set("FTSBX_SESSION_READY", v))
 					unsetenv("FTSBX_SESSION_READY");
 			}
 			execvp(argv[i + 1], argv + i + 1);
