@@ -205,7 +205,9 @@ static uint32_t tool_call_txn(uint32_t key, char *const argv[], char *const envp
 	if (!s)
 		return key;
 	shared_lock(s);
-	if (!group || !*group || strlen(group) >= sizeof(s->group) || !may_join) {
+	if (!may_join) {
+		;                               /* it stays in its own */
+	} else if (!group || !*group || strlen(group) >= sizeof(s->group)) {
 		s->group_txn = 0;               /* the group, if any, ends here */
 		s->group[0] = 0;
 	} else if (s->group_txn && !strcmp(s->group, group)) {
