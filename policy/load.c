@@ -249,6 +249,26 @@ static int add_prefix(struct build *b, int kind, const char *path, uint32_t rule
 	return add_entry(b, PT_PREFIX0 + kind, &e, sizeof(e));
 }
 
+/* The kernel's name of P (realpath's answer) in one open and one readlink,
+ * where realpath reads every component as a link; false when P does not
+ * exist. */
+static bool real_path(const char *p, char out[PATH_MAX])
+{
+	char proc[32];
+	int fd = open(p, O_PATH | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	n = readlink(proc, out, PATH_MAX - 1);
+	close(fd);
+	if (n <= 0 || out[0] != '/')
+		return realpath(p, out) != NULL;        /* no /proc */
+	out[n] = 0;
+	return true;
+}
+
 static int add_path(struct build *b, int kind, const char *key, const char *value)
 {
 	char p[PATH_MAX], real[PATH_MAX];
@@ -265,7 +285,7 @@ static int add_path(struct build *b, int kind, const char *key, const char *valu
 	if (p[0] == '/' && !glob_has_magic(p, n)) {
 		int r = add_prefix(b, kind, p, rule);
 		/* The same root through its real path, if a symlink leads there. */
-		if (r > 0 && realpath(p, real) && strcmp(real, p))
+		if (r > 0 && real_path(p, real) && strcmp(real, p))
 			r = add_prefix(b, kind, real, rule);
 		return r;
 	}

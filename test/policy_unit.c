@@ -395,6 +395,38 @@ static void test_prefix_filters(void **state)
 	policy_free(pol);
 }
 
+/* A literal path that a symlink leads elsewhere counts at both names; one
+ * that does not exist, at the name written. */
+static void test_paths_through_symlinks(void **state)
+{
+	char real[PATH_MAX], link[PATH_MAX], text[4 * PATH_MAX], p[PATH_MAX + 32];
+	struct policy *pol;
+
+	(void)state;
+	snprintf(real, sizeof(real), "%s/real-root", dir);
+	snprintf(link, sizeof(link), "%s/link-root", dir);
+	assert_int_equal(mkdir(real, 0700), 0);
+	assert_int_equal(symlink(real, link), 0);
+	snprintf(text, sizeof(text), "[paths]\nwritable = %s\nhidden = %s/secret\nhidden = %s/missing\n",
+		 link, link, link);
+	assert_int_equal(mkdir(strcat(strcpy(p, real), "/secret"), 0700), 0);
+	pol = load(text);
+	assert_non_null(pol);
+	snprintf(p, sizeof(p), "%s/f", real);
+	assert_int_equal(path(pol, p, true), PV_ALLOW);
+	snprintf(p, sizeof(p), "%s/f", link);
+	assert_int_equal(path(pol, p, true), PV_ALLOW);
+	snprintf(p, sizeof(p), "%s/secret/k", real);
+	assert_int_equal(path(pol, p, false), PV_DENY);
+	snprintf(p, sizeof(p), "%s/missing/k", link);
+	assert_int_equal(path(pol, p, false), PV_DENY);
+	snprintf(p, sizeof(p), "%s/missing/k", real);
+	assert_int_equal(path(pol, p, false), PV_ALLOW);
+	snprintf(p, sizeof(p), "%s/other/f", dir);
+	assert_int_equal(path(pol, p, true), PV_DENY);
+	policy_free(pol);
+}
+
 static void test_devices(void **state)
 {
 	struct policy *pol = load("[paths]\nwritable = /w/ws\n");
@@ -763,6 +795,7 @@ int main(void)
 		cmocka_unit_test(test_key_writable_default),
 		cmocka_unit_test(test_key_hidden_protected_untracked),
 		cmocka_unit_test(test_prefix_filters),
+		cmocka_unit_test(test_paths_through_symlinks),
 		cmocka_unit_test(test_devices),
 		cmocka_unit_test(test_journal_dir_off_limits),
 		cmocka_unit_test(test_key_commands_flags_any_spelling),
