@@ -50,7 +50,9 @@ EXPORT int close(int fd)
 static void before_dup_onto(int a, int b)
 {
 	shim_ensure();
-	if (shim_ready && a != b && is_ours(b)) {
+	/* not in a vfork child (its guard is up): ours are numbers in the
+	 * parent's table too, and the child has only copies */
+	if (shim_ready && !shim_busy && a != b && is_ours(b)) {
 		int e = errno;
 		move_ours(b);
 		errno = e;

@@ -255,7 +255,8 @@ EXPORT int chdir(const char *p)
 	shim_ensure();
 	int r = REAL(chdir)(p);
 
-	if (r == 0 && shim_ready) {
+	/* not in a vfork child (its guard is up): the cache is its parent's */
+	if (r == 0 && shim_ready && !shim_busy) {
 		int e = errno;
 		cwd_refresh();
 		errno = e;
@@ -268,7 +269,7 @@ EXPORT int fchdir(int fd)
 	shim_ensure();
 	int r = REAL(fchdir)(fd);
 
-	if (r == 0 && shim_ready) {
+	if (r == 0 && shim_ready && !shim_busy) {
 		int e = errno;
 		cwd_refresh();
 		errno = e;

@@ -513,9 +513,8 @@ HIDDEN __attribute__((used)) struct vret txn_vfork_leave(long r)
 	shim_busy = false;
 	if (r > 0 && vf.key)
 		child_put((pid_t)r, vf.key);
-	/* path.c's chdir hook, run by a child that chdir'd before its exec,
-	 * refreshed the cwd this process caches: read it again */
-	cwd_refresh();
+	/* (a child that chdir'd before its exec left the cached cwd alone:
+	 * path.c's chdir hook passes a vfork child through) */
 	errno = e;
 	return v;
 }
