@@ -183,6 +183,9 @@ static int rewind_all(const char *journal)
 	sibling(tx, sizeof(tx), "txreplay");
 	pid = fork();
 	if (pid == 0) {
+		/* what it undid goes with ftsbx's own lines: CMD's output stays CMD's */
+		if (dup2(2, 1) < 0)
+			_exit(127);
 		execl(tx, tx, "rewind", journal, (char *)NULL);
 		fprintf(stderr, "ftsbx: cannot run '%s': %s\n", tx, strerror(errno));
 		_exit(127);
@@ -299,7 +302,10 @@ int cmd_run(int argc, char **argv)
 	if (code && !strcmp(onfail, "rewind"))
 		rewind_all(journal);
 	if (jreader_open(&r, journal, err, sizeof(err))) {
-		fprintf(stderr, "ftsbx: exit %d; no journal at '%s' (%s)\n", code, journal, err);
+		if (access(journal, F_OK) < 0 && errno == ENOENT)
+			fprintf(stderr, "ftsbx: exit %d; nothing was journaled (no session at '%s')\n", code, journal);
+		else
+			fprintf(stderr, "ftsbx: exit %d; no journal at '%s' (%s)\n", code, journal, err);
 		if (heads.fd >= 0) {     /* no journal: no heads either */
 			char path[PATH_MAX + 8];
 			snprintf(path, sizeof(path), "%s.heads", journal);
@@ -311,8 +317,9 @@ int cmd_run(int argc, char **argv)
 	}
 	count(&r, &t);
 	store_heads(&r, journal, heads);
-	fprintf(stderr, "ftsbx: exit %d; %zu changes in %zu tool calls, %zu refused, %zu rewound; journal %s\n",
-		code, t.changes, t.calls, t.refused, t.rewound, journal);
+	fprintf(stderr, "ftsbx: exit %d; %zu change%s in %zu tool call%s, %zu refused, %zu undone by rewinds; "
+		"journal %s\n", code, t.changes, t.changes == 1 ? "" : "s", t.calls, t.calls == 1 ? "" : "s",
+		t.refused, t.rewound, journal);
 	jreader_close(&r);
 	return code;
 }
