@@ -41,11 +41,11 @@ def test_run_rewinds_the_session_when_the_command_fails(tmp_path):
     ws = make_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
     r = run(tmp_path, "--on-failure", "rewind", "--", "bash", "-c",
-            "rm -rf sub; echo x >> a.txt; echo the command's output; exit 3")
+            "rm -rf sub; echo x >> a.txt; echo the command output; exit 3")
     assert r.returncode == 3, r.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
     # the command's output is its own; what the rewind undid goes to stderr
-    assert r.stdout == "the command's output\n", r.stdout
+    assert r.stdout == "the command output\n", r.stdout
     assert "rewound:" in r.stderr and " undone by rewinds;" in r.stderr, r.stderr
 
 
