@@ -627,9 +627,21 @@ static int rec_content(struct jseg *g, uint32_t txn, const char *path, const voi
 	return err;
 }
 
-/* A regular file about to go: keep its inode as objects/SEQ.ino, or a copy
- * of its bytes when it cannot be linked there (another filesystem). */
-static int remove_file(struct jseg *g, uint32_t txn, struct rec *r)
+/* Where the system calls of a removal find the file: the program's own
+ * directory descriptor and entry name when it gave a plain name (a lookup of
+ * one component instead of the whole path), else AT_FDCWD and the absolute
+ * path. Either way it is the file the record names by its absolute path. */
+struct at {
+	int fd;
+	const char *name;
+};
+
+/* A regular file about to go: keep its inode as objects/SEQ.ino (a hard
+ * link: no bytes copied, and the record is written only once the link is
+ * there), or a copy of its bytes when it cannot be linked there (another
+ * filesystem, a file the caller may not link). The program's own call then
+ * removes the name. */
+static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct at *at)
 {
 	struct jsession *s = g->s;
 	uint64_t seq = jsession_next_seq(s), ino[2] = { r->st->st_dev, r->st->st_ino };
@@ -638,7 +650,7 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r)
 	int fd, err;
 
 	object_name(name, seq, "ino");
-	if (linkat(AT_FDCWD, r->path, s->objfd, name, 0) == 0) {
+	if (linkat(at->fd, at->name, s->objfd, name, 0) == 0) {
 		r->tag = F_INODE;
 		r->p1 = ino;
 		r->n1 = sizeof(ino);
@@ -660,63 +672,19 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r)
 	return err;
 }
 
-static int parent_meta(struct jseg *g, uint32_t txn, const char *path);
-
-/* Unlink the regular file PATH by renaming it into the journal as
- * objects/SEQ.ino: one system call where a link and an unlink would be two,
- * and no bytes copied. The record comes first (undo before do); if the
- * rename then fails, the record is moot: its inode is still at PATH, which
- * an undo takes as already restored. Returns 1 when the file is gone, 0
- * when the caller must capture and unlink the usual way (another
- * filesystem, not a regular file), or -errno (the unlink's own error). */
-int jcap_unlink(struct jseg *g, uint32_t txn, const char *path)
-{
-	struct jsession *s = g->s;
-	struct rec r = { .type = J_REMOVE, .path = path, .xattrs = XA_PATH };
-	struct stat st, od;
-	uint64_t seq, ino[2];
-	char name[32];
-	int err;
-
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
-	if (!S_ISREG(st.st_mode) || fstat(s->objfd, &od) < 0 || od.st_dev != st.st_dev)
-		return 0;
-	dedup_bump(s);
-	err = parent_meta(g, txn, path);
-	if (err)
-		return err;
-	seq = jsession_next_seq(s);
-	ino[0] = st.st_dev;
-	ino[1] = st.st_ino;
-	r.st = &st;
-	r.tag = F_INODE;
-	r.p1 = ino;
-	r.n1 = sizeof(ino);
-	err = emit(g, txn, &r, seq);
-	if (err)
-		return err;
-	object_name(name, seq, "ino");
-	if (renameat(AT_FDCWD, path, s->objfd, name) < 0)
-		return -errno;
-	if (s->flags & JS_DURABLE)
-		fsync(s->objfd);        /* the file is gone already; its record is safe */
-	return 1;
-}
-
-static int rec_remove(struct jseg *g, uint32_t txn, const char *path)
+static int rec_remove(struct jseg *g, uint32_t txn, const char *path, const struct at *at)
 {
 	struct stat st;
 	char target[PATH_MAX];
 	ssize_t n;
 	struct rec r = { .type = J_REMOVE, .path = path, .st = &st, .xattrs = XA_PATH };
 
-	if (lstat(path, &st) < 0)
+	if (fstatat(at->fd, at->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;    /* nothing to keep: the call fails too */
 	if (S_ISREG(st.st_mode))
-		return remove_file(g, txn, &r);
+		return remove_file(g, txn, &r, at);
 	if (S_ISLNK(st.st_mode)) {
-		n = readlink(path, target, sizeof(target));
+		n = readlinkat(at->fd, at->name, target, sizeof(target));
 		if (n < 0)
 			return -errno;
 		r.tag = F_TARGET;
@@ -786,13 +754,21 @@ int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool is_weak)
 	return once(g, txn, path, dedup_generation(g->s), DL_META, rec_meta, &strong);
 }
 
-int jcap_remove(struct jseg *g, uint32_t txn, const char *path)
+int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name)
 {
+	struct at at = { dirfd, name };
 	int err;
 
+	if (!name || !*name || strchr(name, '/'))
+		at = (struct at){ AT_FDCWD, path };
 	dedup_bump(g->s);       /* the name will stand for another inode, or none */
 	err = parent_meta(g, txn, path);
-	return err ? err : rec_remove(g, txn, path);
+	return err ? err : rec_remove(g, txn, path, &at);
+}
+
+int jcap_remove(struct jseg *g, uint32_t txn, const char *path)
+{
+	return jcap_removeat(g, txn, path, AT_FDCWD, path);
 }
 
 int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags)

@@ -127,10 +127,9 @@ int jcap_create(struct jseg *g, uint32_t txn, const char *path);
 int jcap_content(struct jseg *g, uint32_t txn, const char *path);
 int jcap_append(struct jseg *g, uint32_t txn, const char *path);
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
-/* Journal and perform the unlink of a regular file in one step (renamed into
- * the journal): 1 done, 0 not done (capture with jcap_remove and unlink),
- * -errno the unlink failed with that error. */
-int jcap_unlink(struct jseg *g, uint32_t txn, const char *path);
+/* The same, with the program's own DIRFD and NAME for the system calls when
+ * NAME is one component (PATH is what the record keeps). */
+int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name);
 int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags);
 int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool weak);
 /* The change about to happen to PATH: the right record for its current state

@@ -219,23 +219,17 @@ static int capture(const char *p, enum jcap_op op, bool lock)
 
 static int refuse_unjournaled(const char *p, int err);
 
-/* FILE_ONLY: an unlink (not rmdir): a regular file is journaled and
- * removed in one step (jcap_unlink), and the call is then done. */
-static int capture_remove(const char *p, bool file_only)
+/* The removal of P, which the program names as PATH relative to DIRFD: the
+ * journal's system calls take that plain name relative to DIRFD (a lookup
+ * of one component), the record takes P. */
+static int capture_remove(const char *p, int dirfd, const char *path)
 {
 	struct jseg *g;
 	int err = begin_change(p, true, &g);
 
 	if (err <= 0)
 		return err ? refuse_unjournaled(p, err) : 0;
-	if (file_only) {
-		err = jcap_unlink(g, shim_txn(), p);
-		if (err == 1)
-			return PRE_DONE;
-		if (err < 0)
-			return -err;    /* the unlink's own error: no refusal line */
-	}
-	err = jcap_remove(g, shim_txn(), p);
+	err = jcap_removeat(g, shim_txn(), p, dirfd, path);
 	return err ? refuse_unjournaled(p, err) : 0;
 }
 
@@ -331,7 +325,6 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	char p[PATH_MAX];
 	int err = path_abs(p, dirfd, path);
 
-	(void)flags;
 	if (err)
 		return refuse_unjournaled(path, err);
 	fdcache_forget(p);
@@ -342,7 +335,7 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 		return err;
 	if ((err = guard_write("remove", p, 0)))
 		return err == 1 ? 0 : err;
-	return capture_remove(p, !(flags & AT_REMOVEDIR));
+	return capture_remove(p, dirfd, path);
 }
 
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags)

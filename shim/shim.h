@@ -90,8 +90,8 @@ static inline void hook_refuse(struct hook_ctx *c, int err)
 }
 
 /* Pre-change checks: 0 (go on), the errno that refuses the call, or
- * PRE_DONE: the check made the change itself (an unlink done as a rename
- * into the journal), the call succeeds without the real function. */
+ * PRE_DONE: the check made the change itself, the call succeeds without the
+ * real function (no check does at present). */
 #define PRE_DONE (-1)
 HIDDEN int pre_open(int dirfd, const char *path, int flags);
 /* The same, leaving the absolute path in ABS ("" when none was made). */
