@@ -12,7 +12,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sodium.h>
-#include <stdio.h>              /* snprintf and RENAME_* only */
+#include <stdio.h>              /* RENAME_* only */
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -338,9 +338,20 @@ static void pre_field(struct rec *r, const struct pre *p)
 	r->n2 = p->n;
 }
 
+/* "SEQ.EXT" (EXT: "gz" or "ino"), by hand: snprintf costs more than the
+ * rest of an unlink's user-space work. */
 static void object_name(char name[32], uint64_t seq, const char *ext)
 {
-	snprintf(name, 32, "%llu.%s", (unsigned long long)seq, ext);
+	char digits[20];
+	size_t n = 0, e = strlen(ext);
+
+	do
+		digits[n++] = (char)('0' + seq % 10);
+	while ((seq /= 10) != 0);
+	for (size_t i = 0; i < n; i++)
+		name[i] = digits[n - 1 - i];
+	name[n] = '.';
+	memcpy(name + n + 1, ext, e + 1);
 }
 
 /* Forget P; DROP also removes its object (its record was not written). */
@@ -694,15 +705,53 @@ static int rec_remove(struct jseg *g, uint32_t txn, const char *path, const stru
 	return emit(g, txn, &r, 0);
 }
 
+/* The last directory whose weak J_META this thread knows is in the journal
+ * for a transaction of a session (by its salt). Weak keys never go stale
+ * (DEDUP_WEAK_GEN), so the next entry changed in that directory, an rm -rf's
+ * usual case, needs neither a key hash nor a probe of the shared table. */
+static __thread struct {
+	uint8_t salt[J_SALT_LEN];
+	uint32_t txn;
+	char dir[256];
+} known_parent __attribute__((tls_model("initial-exec")));
+
+static bool parent_known(const struct jsession *s, uint32_t txn, const char *dir)
+{
+	return known_parent.dir[0] && known_parent.txn == txn && !strcmp(known_parent.dir, dir) &&
+	       !memcmp(known_parent.salt, s->salt, J_SALT_LEN);
+}
+
+static void parent_remember(const struct jsession *s, uint32_t txn, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	known_parent.dir[0] = 0;
+	if (n >= sizeof(known_parent.dir))
+		return;
+	memcpy(known_parent.salt, s->salt, J_SALT_LEN);
+	known_parent.txn = txn;
+	memcpy(known_parent.dir, dir, n + 1);
+}
+
 /* The weak J_META of PATH's directory, before an entry in it is added,
  * removed or renamed, so that rewind restores its times. */
 static int parent_meta(struct jseg *g, uint32_t txn, const char *path)
 {
 	char dir[PATH_MAX];
+	struct dclaim c;
+	int err;
 
-	if (!parent_of(path, dir))
+	if (!parent_of(path, dir) || parent_known(g->s, txn, dir))
 		return 0;
-	return once(g, txn, dir, DEDUP_WEAK_GEN, DL_META, rec_meta, &weak);
+	if (dedup_claim(g->s, txn, DEDUP_WEAK_GEN, dir, DL_META, &c)) {
+		parent_remember(g->s, txn, dir);
+		return 0;
+	}
+	err = rec_meta(g, txn, dir, &weak);
+	dedup_done(&c, err == 0);
+	if (err == 0)
+		parent_remember(g->s, txn, dir);
+	return err == SKIPPED ? 0 : err;
 }
 
 static int create_absent(struct jseg *g, uint32_t txn, const char *path)

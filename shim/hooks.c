@@ -86,10 +86,10 @@ static void canonical_parent(char p[PATH_MAX])
 	n = (size_t)(slash - p);
 	memcpy(parent, p, n);
 	parent[n] = 0;
-	snprintf(base, sizeof(base), "%s", slash + 1);
+	memcpy(base, slash + 1, strlen(slash + 1) + 1);        /* P holds less than PATH_MAX */
 	gen = __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE) + 1;
 	if (canon_cache.gen == gen && !strcmp(canon_cache.lex, parent)) {
-		snprintf(real, sizeof(real), "%s", canon_cache.canon);
+		strcpy(real, canon_cache.canon);                /* less than 512 bytes */
 	} else {
 		fd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)
