@@ -74,9 +74,16 @@ static inline bool hook_enter(struct hook_ctx *c)
 	return true;
 }
 
+/* txn.c: tool calls a starter reaped inside a hook (a SIGCHLD handler's
+ * wait, as bash's): ended when the hook leaves. */
+extern HIDDEN int txn_pending;
+HIDDEN void txn_reap_pending(void);
+
 /* Before the real call: the caller must see libc's errno, not ours. */
 static inline void hook_leave(struct hook_ctx *c)
 {
+	if (__builtin_expect(txn_pending, 0))
+		txn_reap_pending();
 	errno = c->saved_errno;
 	shim_busy = false;
 }
@@ -85,6 +92,8 @@ static inline void hook_leave(struct hook_ctx *c)
 static inline void hook_refuse(struct hook_ctx *c, int err)
 {
 	(void)c;
+	if (__builtin_expect(txn_pending, 0))
+		txn_reap_pending();
 	shim_busy = false;
 	errno = err;
 }

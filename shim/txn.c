@@ -3,7 +3,8 @@
  * and the journal").
  *
  * The session's root is its first wrapped process (FTSBX_ROOT holds its
- * pid). Every process tree the root starts (by fork, vfork, posix_spawn or
+ * pid). A starter is the root or a session shell (below). Every process
+ * tree the root starts (by fork, vfork, posix_spawn or
  * system) is one transaction: a tool call. Its id is taken in the root
  * before the child starts, reaches the child through memory (fork) or
  * FTSBX_TXN (exec, spawn), and stays with every descendant. The root's own
@@ -17,6 +18,23 @@
  * Processes of that call still running (a daemon it left behind) are not
  * stopped: what they change later is journaled under the same transaction
  * and undone by the next rewind of it.
+ *
+ * A session shell is a starter too. Harnesses that keep one shell open
+ * and write each tool call to its stdin (SWE-agent, OpenHands, pexpect,
+ * asyncio.create_subprocess_shell("/bin/bash")) would otherwise be one
+ * transaction for the whole session. A shell (bash, sh, dash, zsh, ksh,
+ * mksh, ash, busybox sh) that reads its commands from stdin or a terminal
+ * (no -c string, no script operand) and is the root's tool call itself
+ * (its parent is the root, or a shell the root started as `sh -c SHELL`)
+ * decides so at its first need, and from then on does what the root does:
+ * every child it starts (fork, vfork, posix_spawn) is a transaction with
+ * its first exec's command line, ended (and with rewind on failure,
+ * rewound) when the shell reaps it; its own writes are cut at each start
+ * of a child. What it did before its first child stays in the transaction
+ * the root gave it, which the root ends. A stdin shell deeper inside a tool
+ * call (`bash -c 'echo ls | bash'`, make running sh) is not one: that call
+ * stays one transaction. bash reaps from its SIGCHLD handler, possibly
+ * inside a hook of its own: such a reaping is ended when that hook leaves.
  *
  * Children that are the agent's own machinery rather than tool calls
  * (Python's multiprocessing workers and resource tracker, by default; the
@@ -85,6 +103,14 @@ static uint32_t child_take(pid_t pid)
 	return 0;
 }
 
+/* A transaction starter: the root, or a session shell (see starter()).
+ * SHELL: 0 until decided, 1 in a session shell, -1 in every other process;
+ * SHELL_INHERITED: a session shell still runs in the transaction the root
+ * gave it (it has started no child yet). */
+static bool starter(void);
+static int shell;
+static bool shell_inherited;
+
 /*
  * What the root and its children share about tool calls: an anonymous
  * shared mapping the root makes before its first child, so that fork
@@ -114,7 +140,7 @@ static struct shared *shared_get(void)
 {
 	struct shared *s = __atomic_load_n(&sh, __ATOMIC_ACQUIRE), *none = NULL;
 
-	if (s || !shim.root)
+	if (s || !starter())
 		return s;
 	s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (s == MAP_FAILED)
@@ -234,7 +260,7 @@ static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int statu
 	jb_u32(&b, F_PID, (uint32_t)pid);
 	if (with_status)
 		jb_u32(&b, F_STATUS, (uint32_t)status);
-	if (type == J_TXN_BEGIN && shim.root) {
+	if (type == J_TXN_BEGIN && starter()) {
 		jb_argv(&b, F_ARGV, shim.argv);
 		if (b.overflow) {
 			jb_init(&b, buf, sizeof(buf), type, 0, txn);
@@ -261,14 +287,14 @@ HIDDEN bool txn_vfork_child(void)
 	return vf.child;
 }
 
-/* The transaction of this process's next record: the root takes its own
+/* The transaction of this process's next record: a starter takes its own
  * lazily; the first process of a tool call writes its J_TXN_BEGIN at its
  * first record. */
 HIDDEN uint32_t shim_txn(void)
 {
 	if (__builtin_expect(vf.child, 0))
 		return vf.txn;
-	if (shim.root && !shim.txn && shim.session_open) {
+	if (!shim.txn && shim.session_open && starter()) {
 		shim.txn = jsession_next_txn(&shim.s);
 		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false);
 	} else if (shim.txn_fresh && shim.txn) {
@@ -278,11 +304,15 @@ HIDDEN uint32_t shim_txn(void)
 	return shim.txn;
 }
 
-/* The root starts a child: the root's own transaction ends here. */
-static void root_cut(void)
+/* A starter starts a child: its own transaction ends here. A session
+ * shell's first one is the root's tool call: the root ends it. */
+static void starter_cut(void)
 {
-	if (shim.txn)
+	if (__atomic_load_n(&txn_pending, __ATOMIC_ACQUIRE))
+		txn_reap_pending();
+	if (shim.txn && !shell_inherited)
 		write_txn_record(J_TXN_END, shim.txn, getpid(), 0, true);
+	shell_inherited = false;
 	shim.txn = 0;
 }
 
@@ -395,11 +425,11 @@ static bool was_released(uint32_t t)
 HIDDEN uint32_t txn_for_spawn(char *const argv[], char *const envp[], uint32_t *key)
 {
 	*key = 0;
-	if (!shim.root || !shim.session_open)
+	if (!starter() || !shim.session_open)
 		return shim_txn();
 	if (not_a_tool_call(argv))
 		return 0;
-	root_cut();
+	starter_cut();
 	*key = jsession_next_txn(&shim.s);
 	shared_get();
 	return tool_call_txn(*key, argv, envp, true);
@@ -407,7 +437,7 @@ HIDDEN uint32_t txn_for_spawn(char *const argv[], char *const envp[], uint32_t *
 
 HIDDEN void txn_spawned(pid_t pid, uint32_t key)
 {
-	if (shim.root && key)
+	if (key && starter())
 		child_put(pid, key);
 }
 
@@ -422,6 +452,7 @@ EXPORT pid_t fork(void)
 		pid = REAL(fork)();
 		if (pid == 0) {
 			shim.root = false;
+			shell = -1;
 			shim.txn = vf.txn;
 			shim.txn_fresh = false;
 			fork_key = 0;
@@ -430,20 +461,21 @@ EXPORT pid_t fork(void)
 		}
 		return pid;
 	}
-	if (!shim_ready || shim_busy || !shim.root || !shim.session_open) {
+	if (!shim_ready || shim_busy || !starter() || !shim.session_open) {
 		pid = REAL(fork)();
 		if (pid == 0)
 			fork_key = 0;   /* a child of a fork child decides nothing */
 		return pid;
 	}
 	shim_busy = true;
-	root_cut();
+	starter_cut();
 	t = jsession_next_txn(&shim.s);
 	shared_get();
 	shim_busy = false;
 	pid = REAL(fork)();
 	if (pid == 0) {
 		shim.root = false;
+		shell = -1;
 		shim.txn = t;
 		shim.txn_fresh = true;
 		fork_key = t;
@@ -482,8 +514,8 @@ HIDDEN __attribute__((used)) int txn_vfork_enter(void *ret)
 		return 1;
 	}
 	vf.key = 0;
-	if (shim.root) {
-		root_cut();
+	if (starter()) {
+		starter_cut();
 		vf.key = vf.txn = jsession_next_txn(&shim.s);
 		shared_get();
 	} else {
@@ -582,6 +614,11 @@ static void rewind_txn(uint32_t txn, int status)
 	env[k] = NULL;
 	char *argv[] = { tx, "rewind", shim.journal, "--txn", num, NULL };
 	posix_spawn_file_actions_t fa;
+	sigset_t chld, old;
+	/* a SIGCHLD handler (bash's) must not reap txreplay before we do */
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &chld, &old);
 	/* spawned, not forked: a fork of a big agent costs its page tables */
 	if (posix_spawn_file_actions_init(&fa) ||
 	    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0) ||
@@ -591,6 +628,7 @@ static void rewind_txn(uint32_t txn, int status)
 	if (pid > 0)
 		while (REAL(waitpid)(pid, &st, 0) < 0 && errno == EINTR)
 			;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	snprintf(line, sizeof(line), "ftsbx: tool call (transaction %u) %s %d: %s\n", txn,
 		 WIFSIGNALED(status) ? "killed by signal" : "exited with",
 		 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
@@ -674,6 +712,149 @@ static char *const *command_of(char *const argv[], char *buf, size_t cap, char *
 	return k > cmd ? words + cmd : argv;
 }
 
+/*
+ * Session shells. A harness that keeps one shell open and writes each tool
+ * call to its stdin (SWE-agent, OpenHands, pexpect, asyncio's
+ * create_subprocess_shell("/bin/bash")) makes that shell a starter too:
+ * every child it starts is a transaction of its own, as the root's are.
+ * A shell is a session shell when it reads its commands from stdin or a
+ * terminal (no -c string, no script operand) and it is the root's tool
+ * call itself: its parent is the root, or a shell the root started with
+ * -c and a string that is just this shell's command line (sh -c /bin/bash,
+ * when that sh did not exec it in place).
+ */
+
+/* ARGV starts a shell that reads its commands from stdin or a terminal:
+ * bash, /bin/bash, bash -i, bash -s ARGS, bash --norc -l, busybox sh. */
+static bool stdin_shell(char *const argv[])
+{
+	const char *b = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
+	size_t i = 1;
+	bool s = false;
+
+	if (!argv || !argv[0])
+		return false;
+	b = b ? b + 1 : argv[0];
+	if (*b == '-')          /* a login shell's argv[0]: -bash */
+		b++;
+	if (!strcmp(b, "busybox")) {
+		if (!argv[1] || (strcmp(argv[1], "sh") && strcmp(argv[1], "ash")))
+			return false;
+		i = 2;
+	} else if (!is_shell(b)) {
+		return false;
+	}
+	for (; argv[i]; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--") || !strcmp(a, "-")) {
+			i++;
+			break;
+		}
+		if (a[0] == '-' && a[1] == '-') {       /* bash's long options */
+			if ((!strcmp(a, "--rcfile") || !strcmp(a, "--init-file")) && !argv[++i])
+				return false;
+			continue;
+		}
+		if ((a[0] != '-' && a[0] != '+') || !a[1])
+			break;
+		for (const char *p = a + 1; *p; p++)
+			if (*p == 'c')
+				return false;
+			else if (*p == 's')
+				s = true;       /* the words after it are arguments */
+			else if ((*p == 'o' || *p == 'O') && !argv[++i])
+				return false;
+	}
+	return s || !argv[i];
+}
+
+/* PID's parent, from /proc (0 when unknown). */
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd, ppid = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');          /* the name may hold anything */
+	if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+		return 0;
+	return (pid_t)ppid;
+}
+
+/* PID's command line, its words pointing into STORE. */
+static bool cmdline_of(pid_t pid, char *store, size_t cap, char *words[], size_t nwords)
+{
+	char path[64];
+	size_t k = 0;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, store, cap - 1);
+	close(fd);
+	if (n <= 0 || (size_t)n == cap - 1)
+		return false;           /* none, or more than we read */
+	store[n] = 0;
+	for (char *w = store; w < store + n && k + 1 < nwords; w += strlen(w) + 1)
+		words[k++] = w;
+	words[k] = NULL;
+	return true;
+}
+
+/* Is this process a session shell? Decided once, at its first need (its
+ * first child, or its first record after one). */
+static bool detect_shell(void)
+{
+	const char *r = shim_getenv("FTSBX_ROOT");
+	pid_t root = r ? (pid_t)strtol(r, NULL, 10) : 0, pp;
+	char store[SLOT_ARGV], *words[64], inner[SLOT_ARGV], *iwords[64];
+	char *const *cmd;
+
+	if (!shim.txn || root <= 0 || !stdin_shell(shim.argv))
+		return false;
+	pp = getppid();
+	if (pp == root)
+		return true;
+	if (parent_of(pp) != root || !cmdline_of(pp, store, sizeof(store), words, 64))
+		return false;
+	cmd = command_of(words, inner, sizeof(inner), iwords, 64);
+	return cmd != words && stdin_shell(cmd);
+}
+
+/* Does this process start transactions: the root, or a session shell? */
+static bool starter(void)
+{
+	int s = __atomic_load_n(&shell, __ATOMIC_ACQUIRE);
+
+	if (shim.root)
+		return true;
+	if (__builtin_expect(s == 0, 0)) {
+		bool busy = shim_busy;
+
+		if (!shim.argv || vf.child)
+			return false;   /* before the constructor; a vfork child is not one */
+		shim_busy = true;       /* our /proc reads pass the hooks */
+		s = detect_shell() && shim_session() ? 1 : -1;
+		shim_busy = busy;
+		if (s > 0)
+			shell_inherited = true;
+		__atomic_store_n(&shell, s, __ATOMIC_RELEASE);
+	}
+	return s > 0;
+}
+
 /* Tool call KEY ended with STATUS (PID: its process, 0 for system()):
  * its txn-end record, and its rewind when it failed and the policy says so
  * for its command line. */
@@ -683,31 +864,75 @@ static void ended(uint32_t key, pid_t pid, int status)
 	uint32_t t = key;
 	bool known = slot_get(key, &t, words, sizeof(words) / sizeof(words[0]), store);
 
+	bool busy = shim_busy;
+
 	if (!t)
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, t, pid, status, true);
 	if (guard_rewind_counts(status, known ? command_of(words, inner, sizeof(inner), iwords, 256) : NULL))
 		rewind_txn(t, status);
-	shim_busy = false;
+	shim_busy = busy;
 }
 
-/* The root reaped PID with STATUS. */
+/* A starter reaped PID with STATUS. */
 static void reaped(pid_t pid, int status)
 {
 	uint32_t key;
 
-	if (!shim.root || pid <= 0 || (!WIFEXITED(status) && !WIFSIGNALED(status)))
+	if (pid <= 0 || (!WIFEXITED(status) && !WIFSIGNALED(status)) || !starter())
 		return;
+	if (__atomic_load_n(&txn_pending, __ATOMIC_ACQUIRE))
+		txn_reap_pending();
 	key = child_take(pid);
 	if (!key || was_released(key))
 		return;
 	ended(key, pid, status);
 }
 
+/*
+ * A wait that returns inside the shim's own code on this thread is a signal
+ * handler's (bash reaps from its SIGCHLD handler): the journal may be
+ * mid-write under a lock here, so the reaping is kept (pid and status, one
+ * word each) and ended when the interrupted hook leaves, or at the next
+ * start or wait, whichever comes first.
+ */
+#define NPENDING 64
+HIDDEN int txn_pending;
+static uint64_t pending[NPENDING];
+
+static void defer(pid_t pid, int status)
+{
+	uint64_t v = (uint64_t)(uint32_t)pid << 32 | (uint32_t)status;
+
+	if (pid <= 0 || (!WIFEXITED(status) && !WIFSIGNALED(status)))
+		return;
+	for (int i = 0; i < NPENDING; i++) {
+		uint64_t none = 0;
+		if (__atomic_compare_exchange_n(&pending[i], &none, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			__atomic_add_fetch(&txn_pending, 1, __ATOMIC_ACQ_REL);
+			return;
+		}
+	}
+}
+
+HIDDEN void txn_reap_pending(void)
+{
+	int e = errno;
+
+	for (int i = 0; i < NPENDING; i++) {
+		uint64_t v = __atomic_exchange_n(&pending[i], 0, __ATOMIC_ACQ_REL);
+		if (v) {
+			__atomic_sub_fetch(&txn_pending, 1, __ATOMIC_ACQ_REL);
+			reaped((pid_t)(v >> 32), (int)(uint32_t)v);
+		}
+	}
+	errno = e;
+}
+
 HIDDEN void txn_system_done(uint32_t key, int status)
 {
-	if (!shim.root || !key || status == -1)
+	if (!key || status == -1 || !starter())
 		return;
 	ended(key, 0, status);
 }
@@ -716,13 +941,16 @@ HIDDEN void txn_system_done(uint32_t key, int status)
 	int e_, st_ = 0;                                         \
 	pid_t r_;                                                \
 	shim_ensure();                                           \
-	if (!shim_ready || !shim.root || shim_busy)              \
+	if (!shim_ready || !starter())                           \
 		return call;                                     \
 	int *sp_ = (statusp) ? (statusp) : &st_;                 \
 	r_ = (pidexpr);                                          \
 	if (r_ > 0) {                                            \
 		e_ = errno;                                      \
-		reaped(r_, *sp_);                                \
+		if (shim_busy)                                   \
+			defer(r_, *sp_);                         \
+		else                                             \
+			reaped(r_, *sp_);                        \
 		errno = e_;                                      \
 	}                                                        \
 	return r_;                                               \
@@ -742,11 +970,14 @@ EXPORT int waitid(idtype_t t, id_t id, siginfo_t *info, int o)
 
 	shim_ensure();
 	r = REAL(waitid)(t, id, info, o);
-	if (r == 0 && shim_ready && shim.root && !shim_busy && info && info->si_pid > 0 && !(o & WNOWAIT) &&
+	if (r == 0 && shim_ready && starter() && info && info->si_pid > 0 && !(o & WNOWAIT) &&
 	    (info->si_code == CLD_EXITED || info->si_code == CLD_KILLED || info->si_code == CLD_DUMPED)) {
 		int e = errno;
 		int status = info->si_code == CLD_EXITED ? (info->si_status & 0xff) << 8 : info->si_status & 0x7f;
-		reaped(info->si_pid, status);
+		if (shim_busy)
+			defer(info->si_pid, status);
+		else
+			reaped(info->si_pid, status);
 		errno = e;
 	}
 	return r;
