@@ -371,3 +371,170 @@ def test_tool_calls_started_from_threads_at_once_are_each_their_own_transaction(
     out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# --- session shells: a harness that keeps one bash open and writes commands to it --
+
+# The harness (SWE-agent, OpenHands, pexpect style): one /bin/bash, each
+# command written to its stdin followed by an `echo MARKER $?` line, output
+# read up to the marker. MODE "popen": subprocess.Popen(["/bin/bash"]);
+# "asyncio": asyncio.create_subprocess_shell("/bin/bash") (/bin/sh -c /bin/bash).
+SHELL_AGENT = textwrap.dedent("""
+    import asyncio, os, pickle, subprocess, sys
+    sys.path.insert(0, sys.argv[2])
+    from conftest import snapshot
+
+    mode, out, cmds = sys.argv[1], sys.argv[3], sys.argv[4:]
+    snaps, results = [snapshot(b".")], []
+
+    def framed(cmd):
+        return (cmd + "\\necho __DONE__ $?\\n").encode()
+
+    def result(lines, marker):
+        results.append(("".join(lines), int(marker.split()[1])))
+        snaps.append(snapshot(b"."))
+
+    if mode == "popen":
+        p = subprocess.Popen(["/bin/bash"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for cmd in cmds:
+            p.stdin.write(framed(cmd))
+            p.stdin.flush()
+            lines = []
+            while not (line := p.stdout.readline().decode(errors="replace")).startswith("__DONE__"):
+                lines.append(line)
+            result(lines, line)
+        p.stdin.close()
+        code = p.wait()
+    else:
+        async def main():
+            p = await asyncio.create_subprocess_shell("/bin/bash", stdin=asyncio.subprocess.PIPE,
+                                                      stdout=asyncio.subprocess.PIPE)
+            for cmd in cmds:
+                p.stdin.write(framed(cmd))
+                await p.stdin.drain()
+                lines = []
+                while not (line := (await p.stdout.readline()).decode(errors="replace")).startswith("__DONE__"):
+                    lines.append(line)
+                result(lines, line)
+            p.stdin.close()
+            return await p.wait()
+        code = asyncio.run(main())
+    with open(out, "wb") as f:
+        pickle.dump((code, results, snaps), f)
+""")
+
+
+def shell_session(tmp_path, ws, mode, cmds, on_failure="keep"):
+    agent = tmp_path / "shell_agent.py"
+    agent.write_text(SHELL_AGENT)
+    out = tmp_path / "shell.pickle"
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               FTSBX_ON_FAILURE=on_failure, PATH="/usr/local/bin:/usr/bin:/bin", PYTHONDONTWRITEBYTECODE="1")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
+        env.pop(k, None)
+    r = subprocess.run(["/usr/bin/python3", str(agent), mode, TESTDIR, str(out), *cmds], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import pickle
+    with open(out, "rb") as f:
+        code, results, snaps = pickle.load(f)
+    return r, code, results, snaps
+
+
+def list_rows(tmp_path):
+    out = subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+SHELL_CMDS = [
+    "touch made.txt",
+    "sh -c 'echo two >> state.txt'",
+    "mkdir -p d/e && cp state.txt d/e/copy",
+    "rm -f a.txt",
+]
+
+
+@pytest.mark.parametrize("mode", ["popen", "asyncio"])
+def test_each_command_of_a_persistent_shell_is_its_own_transaction(tmp_path, mode):
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    r, code, results, snaps = shell_session(tmp_path, ws, mode, SHELL_CMDS)
+    assert code == 0 and [c for _, c in results] == [0, 0, 0, 0], r.stderr
+    assert_same(before, snaps[0])
+    assert (ws / "made.txt").exists() and not (ws / "a.txt").exists()
+    assert (ws / "d" / "e" / "copy").read_text() == "zero\ntwo\n"
+    rows = list_rows(tmp_path)
+    by_cmd = {" ".join(row["argv"] or []): row for row in rows}
+    for cmd in ("touch made.txt", "sh -c echo two >> state.txt", "mkdir -p d/e", "cp state.txt d/e/copy",
+                "rm -f a.txt"):
+        assert cmd in by_cmd, (cmd, list(by_cmd))
+        row = by_cmd[cmd]
+        assert row["status"] == 0 and row["changes"] >= 1, row
+    assert len({by_cmd[c]["txn"] for c in ("touch made.txt", "mkdir -p d/e", "cp state.txt d/e/copy",
+                                           "rm -f a.txt")}) == 4
+    # the shell itself: the root's tool call, holding none of the commands' changes
+    shell = [row for row in rows if row["argv"] and row["argv"][-1] == "/bin/bash"]
+    assert shell and all(row["changes"] == 0 for row in shell), rows
+    # each command's transactions hold exactly its changes: rewinding them,
+    # last first, gives back the tree before it
+    for i, cmds in ((3, ["rm -f a.txt"]), (2, ["cp state.txt d/e/copy", "mkdir -p d/e"])):
+        for cmd in cmds:
+            out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j"), "--txn", str(by_cmd[cmd]["txn"])],
+                                 capture_output=True, text=True)
+            assert out.returncode == 0, out.stdout + out.stderr
+        assert_same(snaps[i], snapshot(os.fsencode(ws)), f"the tree before command {i + 1}")
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+@pytest.mark.parametrize("mode", ["popen", "asyncio"])
+def test_a_failing_command_of_a_persistent_shell_is_rewound(tmp_path, mode):
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    r, code, results, snaps = shell_session(tmp_path, ws, mode, [
+        "touch made.txt",
+        "echo own > own.txt",           # the shell's own write (a redirection of a builtin)
+        "sh -c 'echo bad > state.txt; mkdir junk; rm -f a.txt; exit 3'",
+        "cat state.txt; ls",
+    ], on_failure="rewind")
+    assert code == 0, r.stderr
+    assert [c for _, c in results] == [0, 0, 3, 0], r.stderr
+    # the failed command was rewound before the shell ran the next one
+    assert_same(snaps[2], snaps[3], "the tree after the failed command")
+    out4 = results[3][0]
+    assert out4.startswith("zero\n") and "a.txt" in out4 and "junk" not in out4, out4
+    assert (ws / "made.txt").exists() and (ws / "own.txt").read_text() == "own\n"
+    rows = list_rows(tmp_path)
+    failed = [row for row in rows if row["argv"] and row["argv"][0] == "sh" and "exit 3" in row["argv"][2]]
+    assert len(failed) == 1 and failed[0]["status"] == 3 and failed[0]["rewound"] == "yes", rows
+    assert f"(transaction {failed[0]['txn']}) exited with 3" in r.stderr
+    assert [row["rewound"] for row in rows if row["status"] not in (None, 3)] == \
+        ["no" if row["changes"] else "-" for row in rows if row["status"] not in (None, 3)]
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+def test_a_stdin_shell_inside_a_tool_call_is_part_of_it(tmp_path):
+    """`bash -c '... | bash'`: the inner bash reads its commands from a pipe,
+    but it is not the root's tool call: the whole call is one transaction,
+    and its failure rewinds all of it."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    r, codes, snaps = start_calls(tmp_path, ws, "vfork", [
+        (None, ["bash", "-c", "printf 'touch inner\\nmkdir innerdir\\nfalse\\n' | bash"]),
+        (None, ["bash", "-c", "printf 'touch kept\\nmkdir keptdir\\n' | bash"]),
+    ])
+    assert codes == [1, 0], r.stderr
+    assert_same(snaps[0], snaps[1], "the tree after the failed call")
+    assert (ws / "kept").exists() and (ws / "keptdir").is_dir()
+    rows = txn_rows(tmp_path)
+    assert [" ".join(row["argv"]) for row in rows] == [
+        "bash -c printf 'touch inner\\nmkdir innerdir\\nfalse\\n' | bash",
+        "bash -c printf 'touch kept\\nmkdir keptdir\\n' | bash"], rows
+    assert [(row["status"], row["rewound"]) for row in rows] == [(1, "yes"), (0, "no")], rows
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
