@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pty.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -538,3 +538,56 @@ def test_a_stdin_shell_inside_a_tool_call_is_part_of_it(tmp_path):
     out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# pexpect and pty.fork() start the shell through forkpty, which glibc forks
+# inside the C library: the shim's forkpty forks through the fork hook.
+PTY_AGENT = textwrap.dedent("""
+    import os, pty, re, sys
+    cmds = sys.argv[1:]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve("/bin/bash", ["bash", "--norc", "--noprofile"], dict(os.environ, PS1="", PS2=""))
+    done = re.compile(rb"(?<!echo )__DONE__ (\\d+)")
+    buf, codes = b"", []
+    for cmd in cmds:
+        os.write(fd, (cmd + "\\necho __DONE__ $?\\n").encode())
+        while not (m := done.search(buf)):
+            buf += os.read(fd, 4096)
+        codes.append(int(m.group(1)))
+        buf = buf[m.end():]
+    os.write(fd, b"exit\\n")
+    try:
+        while os.read(fd, 4096):
+            pass
+    except OSError:
+        pass
+    _, status = os.waitpid(pid, 0)
+    print(codes, os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_a_shell_on_a_pseudo_terminal_is_a_session_shell(tmp_path):
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "pty_agent.py"
+    agent.write_text(PTY_AGENT)
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               FTSBX_ON_FAILURE="rewind", PATH="/usr/local/bin:/usr/bin:/bin")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
+        env.pop(k, None)
+    r = subprocess.run(["/usr/bin/python3", str(agent), "touch made.txt",
+                        "sh -c 'echo bad > state.txt; mkdir junk; exit 3'", "touch after.txt"],
+                       cwd=ws, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[0, 3, 0] 0", r.stdout + r.stderr
+    assert (ws / "state.txt").read_text() == "zero\n" and not (ws / "junk").exists()
+    assert (ws / "made.txt").exists() and (ws / "after.txt").exists()
+    rows = list_rows(tmp_path)
+    by_cmd = {" ".join(row["argv"] or []): row for row in rows}
+    assert "touch made.txt" in by_cmd and "touch after.txt" in by_cmd, list(by_cmd)
+    assert by_cmd["touch made.txt"]["txn"] != by_cmd["touch after.txt"]["txn"]
+    failed = [row for row in rows if row["argv"] and row["argv"][0] == "sh" and "exit 3" in row["argv"][2]]
+    assert len(failed) == 1 and failed[0]["rewound"] == "yes", rows
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
