@@ -206,6 +206,32 @@ static bool started_here(pid_t pid, const char *root)
 	return false;
 }
 
+/* The addresses of PID's argument and environment blocks (fields 48 and 50
+ * of /proc/PID/stat): a fork child that has not exec'd yet shares them with
+ * the process it was forked from, and ASLR gives any other exec others. */
+static bool blocks(pid_t pid, unsigned long out[2])
+{
+	char path[64], buf[1024];
+	const char *e;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	if (!(e = strrchr(buf, ')')))           /* comm may hold spaces */
+		return false;
+	/* ") " then field 3: the space before field K is the (K-2)th */
+	for (int spaces = 0; *++e && spaces < 46; )
+		spaces += *e == ' ';
+	return sscanf(e, "%lu %*u %lu", &out[0], &out[1]) == 2 && out[0] && out[1];
+}
+
 /* Is PID a process of this session (the root, below it, or started by it)? */
 static bool in_session(pid_t pid)
 {
@@ -213,6 +239,11 @@ static bool in_session(pid_t pid)
 	pid_t root = r ? (pid_t)strtol(r, NULL, 10) : 0;
 
 	if (pid > 1 && started_here(pid, r))
+		return true;
+	/* a fork of the root orphaned before its exec (`(sleep 9 &)`): its
+	 * environment is still the root's own, which never named the root */
+	unsigned long a[2], b[2];
+	if (pid > 1 && root > 1 && blocks(pid, a) && blocks(root, b) && a[0] == b[0] && a[1] == b[1])
 		return true;
 
 	for (int depth = 0; depth < 64 && pid > 1; depth++) {

@@ -164,3 +164,35 @@ def test_refusal_message_format(shim):
     lines = [line for line in proc.stderr.splitlines() if line.startswith(b"ftsbx: ")]
     want = b"ftsbx: refused '%s/x': Permission denied (the journal directory is off limits)" % shim.journal
     assert lines == [want], f"stderr: {proc.stderr!r}"
+
+
+# --- signals: the session's own processes, orphans included ------------------------
+
+
+def test_an_orphan_the_root_forked_is_still_the_sessions_own(shim):
+    """`(loop &)`: a fork of the root (bash, the session's root here) that
+    never execs is orphaned at once; its environment is the root's own, which
+    never named the root. It is still a process of the session: the kill is
+    allowed; a process outside the session (a scratch sleep this test started)
+    stays refused."""
+    import signal
+    import subprocess
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        proc = shim.sh(b"( (while :; do sleep 0.1; done) >/dev/null 2>&1 & echo $! > orphan.pid ); "
+                       b"pid=$(cat orphan.pid); "
+                       b"while [ \"$(ps -o ppid= -p $pid | tr -d ' ')\" = $$ ]; do sleep 0.05; done; "
+                       b"kill $pid && echo killed; kill -TERM %d; echo refused=$?" % outside.pid,
+                       refusals_ok=True)
+        out = proc.stdout.decode()
+        assert "killed" in out and "refused=1" in out, out + proc.stderr.decode()
+        assert proc.stderr.count(b"ftsbx: refused") == 1, proc.stderr
+        assert outside.poll() is None, "the process outside the session was signalled"
+    finally:
+        outside.kill()
+        outside.wait()
+        try:
+            with open(shim.p("orphan.pid")) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
