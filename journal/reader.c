@@ -340,7 +340,7 @@ static void check_duplicates(struct jreader *r)
 			       r->rec[i - 1].segment);
 }
 
-int jreader_open(struct jreader *r, const char *dir, char *err, size_t errlen)
+static int open_reader(struct jreader *r, const char *dir, char *err, size_t errlen)
 {
 	uint8_t *p, salt[J_SALT_LEN];
 	size_t n;
@@ -387,6 +387,16 @@ int jreader_open(struct jreader *r, const char *dir, char *err, size_t errlen)
 		qsort(r->rec, r->nrec, sizeof(*r->rec), cmp_seq);
 	check_duplicates(r);
 	return 0;
+}
+
+/* A reader that could not open holds nothing: the caller need not close it. */
+int jreader_open(struct jreader *r, const char *dir, char *err, size_t errlen)
+{
+	int e = open_reader(r, dir, err, errlen);
+
+	if (e)
+		jreader_close(r);
+	return e;
 }
 
 void jreader_close(struct jreader *r)
