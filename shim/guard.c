@@ -206,29 +206,38 @@ static bool started_here(pid_t pid, const char *root)
 	return false;
 }
 
-/* The addresses of PID's argument and environment blocks (fields 48 and 50
- * of /proc/PID/stat): a fork child that has not exec'd yet shares them with
- * the process it was forked from, and ASLR gives any other exec others. */
-static bool blocks(pid_t pid, unsigned long out[2])
+/* /proc/PID/stat after its comm (which may hold spaces and parentheses):
+ * from field 3 on, into BUF; NULL if PID is gone. */
+static const char *stat_fields(pid_t pid, char *buf, size_t size)
 {
-	char path[64], buf[1024];
+	char path[64];
 	const char *e;
 	ssize_t n;
 	int fd;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
+		return NULL;
+	n = read(fd, buf, size - 1);
 	close(fd);
 	if (n <= 0)
-		return false;
+		return NULL;
 	buf[n] = 0;
-	if (!(e = strrchr(buf, ')')))           /* comm may hold spaces */
+	return (e = strrchr(buf, ')')) && e[1] == ' ' ? e + 2 : NULL;
+}
+
+/* The addresses of PID's argument and environment blocks (fields 48 and 50
+ * of /proc/PID/stat): a fork child that has not exec'd yet shares them with
+ * the process it was forked from, and ASLR gives any other exec others. */
+static bool blocks(pid_t pid, unsigned long out[2])
+{
+	char buf[1024];
+	const char *e = stat_fields(pid, buf, sizeof(buf));
+
+	if (!e)
 		return false;
-	/* ") " then field 3: the space before field K is the (K-2)th */
-	for (int spaces = 0; *++e && spaces < 46; )
-		spaces += *e == ' ';
+	for (int field = 3; *e && field < 48; e++)      /* the space before field K */
+		field += *e == ' ';
 	return sscanf(e, "%lu %*u %lu", &out[0], &out[1]) == 2 && out[0] && out[1];
 }
 
@@ -247,24 +256,13 @@ static bool in_session(pid_t pid)
 		return true;
 
 	for (int depth = 0; depth < 64 && pid > 1; depth++) {
-		char path[64], buf[512];
-		ssize_t n;
-		int fd;
+		char buf[1024];
+		const char *e;
+		int ppid;
 
 		if (pid == root || pid == shim_pid())
 			return true;
-		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			return false;
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			return false;
-		buf[n] = 0;
-		const char *e = strrchr(buf, ')');      /* comm may hold spaces */
-		int ppid;
-		if (!e || sscanf(e + 1, " %*c %d", &ppid) != 1)
+		if (!(e = stat_fields(pid, buf, sizeof(buf))) || sscanf(e, "%*c %d", &ppid) != 1)
 			return false;
 		pid = ppid;
 	}
