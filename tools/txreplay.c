@@ -601,6 +601,11 @@ struct txrow {
 	uint32_t txn;
 	const struct jfield *argv;     /* the root command, or NULL */
 	bool argv_from_begin;
+	/* the first program starts, to find the tool call's own among them
+	 * (a program it started may be recorded before it: a posix_spawn'd
+	 * child's start is recorded by its parent once the spawn returns) */
+	struct { uint32_t pid, ppid; const struct jfield *argv; } ex[16];
+	unsigned nex;
 	int64_t first, last;
 	size_t records, changes, refused;
 	size_t strong, strong_undone, undone; /* strong: changes not JR_WEAK */
@@ -636,6 +641,21 @@ static struct txrow *make_rows(const struct jreader *r, size_t *nrows)
 	return rows;
 }
 
+/* Without a command in its begin record, a row's command is the first
+ * program started whose parent started none of the others. */
+static void row_command(struct txrow *w)
+{
+	for (unsigned i = 0; !w->argv_from_begin && i < w->nex; i++) {
+		bool top = true;
+		for (unsigned k = 0; k < w->nex && top; k++)
+			top = w->ex[k].pid != w->ex[i].ppid || w->ex[k].pid == w->ex[i].pid;
+		if (top) {
+			w->argv = w->ex[i].argv;
+			return;
+		}
+	}
+}
+
 static void row_add(struct txrow *w, const struct journal *j, const struct jrecord *c)
 {
 	int32_t st;
@@ -647,8 +667,12 @@ static void row_add(struct txrow *w, const struct journal *j, const struct jreco
 	if (c->type == J_TXN_BEGIN && c->f[F_ARGV].present && !w->argv_from_begin) {
 		w->argv = &c->f[F_ARGV];
 		w->argv_from_begin = true;
-	} else if (c->type == J_EXEC && c->f[F_ARGV].present && !w->argv) {
-		w->argv = &c->f[F_ARGV];
+	} else if (c->type == J_EXEC && c->f[F_ARGV].present) {
+		if (!w->argv)
+			w->argv = &c->f[F_ARGV];
+		if (w->nex < sizeof(w->ex) / sizeof(w->ex[0]) && jrec_u32(c, F_PID, &w->ex[w->nex].pid) &&
+		    jrec_u32(c, F_PPID, &w->ex[w->nex].ppid))
+			w->ex[w->nex++].argv = &c->f[F_ARGV];
 	}
 	if (c->type == J_REFUSE)
 		w->refused++;
@@ -813,6 +837,8 @@ static int cmd_list(const struct args *a)
 
 		row_add(bsearch(&key, rows, nrows, sizeof(key), cmp_u32), &j, c);
 	}
+	for (size_t i = 0; i < nrows; i++)
+		row_command(&rows[i]);
 	if (a->set & O(OPT_JSON))
 		for (size_t i = 0; i < nrows; i++)
 			row_json(&rows[i]);
