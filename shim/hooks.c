@@ -457,11 +457,6 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		if (!hook_enter(&c))               \
 			return REAL(name) args;    \
 		err = (pre);                       \
-		if (err == PRE_DONE) {             \
-			shim_unlock();             \
-			hook_leave(&c);            \
-			return (ret)0;             \
-		}                                  \
 		if (err) {                         \
 			shim_unlock();             \
 			hook_refuse(&c, err);      \

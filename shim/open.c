@@ -223,11 +223,6 @@ EXPORT long syscall(long n, ...)
 		return dup3((int)a[0], (int)a[1], (int)a[2]);
 	}
 	err = pre_syscall(n, a);
-	if (err == PRE_DONE) {
-		shim_unlock();
-		hook_leave(&c);
-		return 0;
-	}
 	if (err) {
 		shim_unlock();
 		hook_refuse(&c, err);

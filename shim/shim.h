@@ -99,10 +99,7 @@ static inline void hook_refuse(struct hook_ctx *c, int err)
 	errno = err;
 }
 
-/* Pre-change checks: 0 (go on), the errno that refuses the call, or
- * PRE_DONE: the check made the change itself, the call succeeds without the
- * real function (no check does at present). */
-#define PRE_DONE (-1)
+/* Pre-change checks: 0 (go on) or the errno that refuses the call. */
 HIDDEN int pre_open(int dirfd, const char *path, int flags);
 /* The same, leaving the absolute path in ABS ("" when none was made). */
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX]);
