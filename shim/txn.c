@@ -317,6 +317,16 @@ static void starter_cut(void)
 	shim.txn = 0;
 }
 
+/* A starter is about to start a child: the key (new transaction) of that
+ * tool call, with the shared area its command line will go to. */
+static uint32_t tool_call_key(void)
+{
+	starter_cut();
+	uint32_t key = jsession_next_txn(&shim.s);
+	shared_get();
+	return key;
+}
+
 static bool not_a_tool_call(char *const argv[])
 {
 	const char *pats = shim_getenv("FTSBX_NOT_TOOL_CALLS");
@@ -430,9 +440,7 @@ HIDDEN uint32_t txn_for_spawn(char *const argv[], char *const envp[], uint32_t *
 		return shim_txn();
 	if (not_a_tool_call(argv))
 		return 0;
-	starter_cut();
-	*key = jsession_next_txn(&shim.s);
-	shared_get();
+	*key = tool_call_key();
 	return tool_call_txn(*key, argv, envp, true);
 }
 
@@ -469,9 +477,7 @@ EXPORT pid_t fork(void)
 		return pid;
 	}
 	shim_busy = true;
-	starter_cut();
-	t = jsession_next_txn(&shim.s);
-	shared_get();
+	t = tool_call_key();
 	shim_busy = false;
 	pid = REAL(fork)();
 	if (pid == 0) {
@@ -543,9 +549,7 @@ HIDDEN __attribute__((used)) int txn_vfork_enter(void *ret)
 	}
 	vf.key = 0;
 	if (starter()) {
-		starter_cut();
-		vf.key = vf.txn = jsession_next_txn(&shim.s);
-		shared_get();
+		vf.key = vf.txn = tool_call_key();
 	} else {
 		vf.txn = shim_txn();
 	}
