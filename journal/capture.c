@@ -683,14 +683,18 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 	return err;
 }
 
-static int rec_remove(struct jseg *g, uint32_t txn, const char *path, const struct at *at)
+/* KNOWN: the file's lstat taken just before, or NULL. */
+static int rec_remove(struct jseg *g, uint32_t txn, const char *path, const struct at *at,
+		      const struct stat *known)
 {
 	struct stat st;
 	char target[PATH_MAX];
 	ssize_t n;
 	struct rec r = { .type = J_REMOVE, .path = path, .st = &st, .xattrs = XA_PATH };
 
-	if (fstatat(at->fd, at->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+	if (known)
+		st = *known;
+	else if (fstatat(at->fd, at->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;    /* nothing to keep: the call fails too */
 	if (S_ISREG(st.st_mode))
 		return remove_file(g, txn, &r, at);
@@ -803,7 +807,8 @@ int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool is_weak)
 	return once(g, txn, path, dedup_generation(g->s), DL_META, rec_meta, &strong);
 }
 
-int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name)
+static int remove_known(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name,
+			const struct stat *known)
 {
 	struct at at = { dirfd, name };
 	int err;
@@ -812,15 +817,26 @@ int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, con
 		at = (struct at){ AT_FDCWD, path };
 	dedup_bump(g->s);       /* the name will stand for another inode, or none */
 	err = parent_meta(g, txn, path);
-	return err ? err : rec_remove(g, txn, path, &at);
+	return err ? err : rec_remove(g, txn, path, &at, known);
+}
+
+int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name)
+{
+	return remove_known(g, txn, path, dirfd, name, NULL);
 }
 
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path)
 {
-	return jcap_removeat(g, txn, path, AT_FDCWD, path);
+	return remove_known(g, txn, path, AT_FDCWD, path, NULL);
 }
 
-int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags)
+static bool names_dir(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) || S_ISLNK(st->st_mode);
+}
+
+int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags,
+		bool *dirs)
 {
 	struct stat st, tst;
 	uint32_t fl = flags;
@@ -829,16 +845,23 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 	};
 	int err = 0;
 
+	*dirs = true;           /* when in doubt */
 	if (lstat(from, &st) < 0)
 		return errno == ENOENT ? 0 : -errno;    /* the call fails too */
-	if ((flags & RENAME_EXCHANGE) && lstat(to, &tst) < 0)
-		return errno == ENOENT ? 0 : -errno;    /* an exchange needs both */
+	*dirs = names_dir(&st);
+	if (flags & RENAME_EXCHANGE) {
+		if (lstat(to, &tst) < 0)
+			return errno == ENOENT ? 0 : -errno;    /* an exchange needs both */
+		*dirs |= names_dir(&tst);
+	}
 	dedup_bump(g->s);
 	if (!(flags & (RENAME_EXCHANGE | RENAME_NOREPLACE))) {
-		if (lstat(to, &tst) == 0)
-			err = jcap_remove(g, txn, to);  /* its inode is about to vanish */
-		else if (errno != ENOENT)
+		if (lstat(to, &tst) == 0) {
+			*dirs |= names_dir(&tst);
+			err = remove_known(g, txn, to, AT_FDCWD, to, &tst);     /* its inode is about to vanish */
+		} else if (errno != ENOENT) {
 			err = -errno;
+		}
 	}
 	if (!err)
 		err = parent_meta(g, txn, from);
@@ -872,6 +895,12 @@ static bool opens(enum jcap_op op)
 
 int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op)
 {
+	return jcap_path_known(g, txn, path, op, NULL);
+}
+
+int jcap_path_known(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,
+		    const struct stat *known)
+{
 	char buf[2][PATH_MAX];
 	int err = -ELOOP;
 
@@ -880,7 +909,11 @@ int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op)
 	for (int hop = 0; hop < MAX_HOPS; hop++) {
 		struct stat st;
 
-		if (lstat(path, &st) < 0) {
+		if (known && hop == 0 && known->st_mode)
+			st = *known;
+		else if (known && hop == 0)
+			return opens(op) ? create_absent(g, txn, path) : 0;
+		else if (lstat(path, &st) < 0) {
 			if (errno != ENOENT)
 				return -errno;
 			return opens(op) ? create_absent(g, txn, path) : 0;

@@ -17,14 +17,46 @@
 #define R64(n) R16(n), R16(n + 16), R16(n + 32), R16(n + 48)
 static const uint32_t crc_table[256] = { R64(0u), R64(64u), R64(128u), R64(192u) };
 
-uint32_t jcrc32c(uint32_t crc, const void *p, size_t n)
+static uint32_t crc_bytes(uint32_t crc, const uint8_t *s, size_t n)
 {
-	const uint8_t *s = p;
-
-	crc = ~crc;
 	while (n--)
 		crc = crc_table[(crc ^ *s++) & 0xff] ^ (crc >> 8);
-	return ~crc;
+	return crc;
+}
+
+#if defined(__x86_64__)
+/* The same polynomial in the SSE4.2 instruction: eight bytes a cycle or so
+ * instead of one by table (it was a sixth of the shim's instructions per
+ * removed file). */
+__attribute__((target("sse4.2")))
+static uint32_t crc_sse42(uint32_t crc, const uint8_t *s, size_t n)
+{
+	uint64_t c = crc, w;
+
+	for (; n >= 8; s += 8, n -= 8) {
+		memcpy(&w, s, 8);
+		c = __builtin_ia32_crc32di(c, w);
+	}
+	crc = (uint32_t)c;
+	for (; n; s++, n--)
+		crc = __builtin_ia32_crc32qi(crc, *s);
+	return crc;
+}
+
+static int has_sse42 = -1;      /* not yet asked: asked in the first call, not in a constructor */
+#endif
+
+uint32_t jcrc32c(uint32_t crc, const void *p, size_t n)
+{
+#if defined(__x86_64__)
+	if (has_sse42 < 0) {
+		__builtin_cpu_init();
+		has_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+	}
+	if (has_sse42)
+		return ~crc_sse42(~crc, p, n);
+#endif
+	return ~crc_bytes(~crc, p, n);
 }
 
 void jhash(uint8_t out[32], const void *a, size_t an, const void *b, size_t bn)

@@ -130,12 +130,18 @@ int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
 /* The same, with the program's own DIRFD and NAME for the system calls when
  * NAME is one component (PATH is what the record keeps). */
 int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name);
-int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags);
+/* *DIRS: a directory or a symlink may change its name (the lookup of other
+ * paths may change); true when that cannot be ruled out. */
+int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags,
+		bool *dirs);
 int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool weak);
 /* The change about to happen to PATH: the right record for its current state
  * (J_CREATE when absent). */
 enum jcap_op { JC_WRITE, JC_TRUNC, JC_APPEND, JC_REMOVE, JC_META };
 int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op);
+/* The same, KNOWN being PATH's lstat just taken (st_mode 0: absent). */
+int jcap_path_known(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,
+		    const struct stat *known);
 
 /* ---- reading ---------------------------------------------------------- */
 

@@ -67,13 +67,13 @@ static void bump_namespace(void)
  * directories followed), so that the policy and the journal guard judge
  * where a change really lands. A thread keeps the last answer while the
  * namespace generation (see in_journal_dir) stands. A missing directory
- * leaves the path as it is: the call fails anyway. */
+ * leaves the path as it is: the call fails anyway. true: P was rewritten. */
 static __thread struct {
 	uint64_t gen;
 	char lex[512], canon[512];
 } canon_cache __attribute__((tls_model("initial-exec")));
 
-static void canonical_parent(char p[PATH_MAX])
+static bool canonical_parent(char p[PATH_MAX])
 {
 	char parent[PATH_MAX], real[PATH_MAX], base[PATH_MAX];
 	const char *slash = strrchr(p, '/');
@@ -82,7 +82,7 @@ static void canonical_parent(char p[PATH_MAX])
 	int fd;
 
 	if (!slash || slash == p || !shim_session())
-		return;
+		return false;
 	n = (size_t)(slash - p);
 	memcpy(parent, p, n);
 	parent[n] = 0;
@@ -93,11 +93,11 @@ static void canonical_parent(char p[PATH_MAX])
 	} else {
 		fd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)
-			return;
+			return false;
 		int err = path_fd(real, fd);
 		close(fd);
 		if (err)
-			return;
+			return false;
 		if (n < sizeof(canon_cache.lex) && strlen(real) < sizeof(canon_cache.canon)) {
 			memcpy(canon_cache.lex, parent, n + 1);
 			strcpy(canon_cache.canon, real);
@@ -105,13 +105,14 @@ static void canonical_parent(char p[PATH_MAX])
 		}
 	}
 	if (!strcmp(real, parent))
-		return;
+		return false;
 	size_t rl = strcmp(real, "/") ? strlen(real) : 0, bl = strlen(base);
 	if (rl + bl + 2 > PATH_MAX)
-		return;
+		return false;
 	memcpy(p, real, rl);
 	p[rl] = '/';
 	memcpy(p + rl + 1, base, bl + 1);
+	return true;
 }
 
 static int off_limits(const char *op, const char *p)
@@ -131,20 +132,21 @@ static int off_limits_change(const char *op, const char *p)
 	return err;
 }
 
-/* lstat P; with FOLLOW, follow a final symlink (at most 40), as the call
- * will, leaving the target in P. *MODE is the file type found (0: none). */
-static int resolve_final(char p[PATH_MAX], bool follow, mode_t *mode)
+/* lstat P into *ST; with FOLLOW, follow a final symlink (at most 40), as
+ * the call will, leaving the target in P (*MOVED then true). ST->st_mode 0:
+ * nothing there. */
+static int resolve_final(char p[PATH_MAX], bool follow, struct stat *st, bool *moved)
 {
 	char t[PATH_MAX], joined[PATH_MAX];
-	struct stat st;
 
-	*mode = 0;
+	st->st_mode = 0;
 	for (int hops = 0; hops < 40; hops++) {
 		ssize_t n;
-		if (lstat(p, &st) < 0)
+		if (lstat(p, st) < 0) {
+			st->st_mode = 0;
 			return 0;
-		*mode = st.st_mode & S_IFMT;
-		if (!follow || !S_ISLNK(st.st_mode))
+		}
+		if (!follow || !S_ISLNK(st->st_mode))
 			return 0;
 		n = readlink(p, t, sizeof(t) - 1);
 		if (n < 0)
@@ -165,7 +167,8 @@ static int resolve_final(char p[PATH_MAX], bool follow, mode_t *mode)
 		int err = path_abs(p, AT_FDCWD, joined);
 		if (err)
 			return err;
-		*mode = 0;
+		st->st_mode = 0;
+		*moved = true;
 	}
 	return -ELOOP;
 }
@@ -209,15 +212,105 @@ static int begin_change(const char *p, bool lock, struct jseg **g)
 	return 1;
 }
 
-static int capture(const char *p, enum jcap_op op, bool lock)
+/* KNOWN: P's lstat, taken while P's locks were held; NULL: look again. */
+static int capture(const char *p, enum jcap_op op, bool lock, const struct stat *known)
 {
 	struct jseg *g;
 	int err = begin_change(p, lock, &g);
 
-	return err <= 0 ? err : jcap_path(g, shim_txn(), p, op);
+	return err <= 0 ? err : jcap_path_known(g, shim_txn(), p, op, known);
 }
 
 static int refuse_unjournaled(const char *p, int err);
+
+/* The last existing file this thread journaled a change of, as check()
+ * found it: the path the program named (and whether the call follows a
+ * final symlink), the path it resolved to, and the level of the pre-image
+ * now in the journal (1 metadata, 2 size, 3 all). It answers the next check
+ * of the same path, an fchown after an open, with no system call while the
+ * transaction, the copy-on-first-write generation (bumped by every remove
+ * and rename) and the namespace generation (every rmdir, symlink and rename
+ * of a directory) stand, as the shared table itself would. */
+static __thread struct {
+	uint8_t salt[J_SALT_LEN];
+	uint32_t txn;
+	uint64_t cow, ns;
+	bool follow, is_dir;
+	unsigned level;
+	char in[256], out[256];
+} seen __attribute__((tls_model("initial-exec")));
+
+static unsigned level_of(enum jcap_op op, bool is_dir)
+{
+	if (op == JC_REMOVE)
+		return 4;       /* never answered from here */
+	if (is_dir || op == JC_META)
+		return 1;       /* a directory's change journals its metadata */
+	return op == JC_APPEND ? 2 : 3;
+}
+
+static bool seen_generations(void)
+{
+	return seen.cow == __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE) &&
+	       seen.ns == __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE);
+}
+
+/* The answer holds only if the generations still stand once P's locks are
+ * held: a rename of another file over P bumps them under those locks, and
+ * must not fall between this test and the change. On a hit, P's locks stay
+ * held (for the real call); 0 or the errno of a refusal when taking them
+ * failed. */
+static bool seen_before(char p[PATH_MAX], enum jcap_op op, bool follow, int *err)
+{
+	struct jseg *g;
+
+	if (!seen.level || !shim.session_open || held.n || seen.follow != follow || seen.txn != shim_txn() ||
+	    level_of(op, seen.is_dir) > seen.level || strcmp(seen.in, p) || !seen_generations() ||
+	    memcmp(seen.salt, shim.s.salt, J_SALT_LEN))
+		return false;
+	*err = begin_change(seen.out, true, &g);
+	if (*err < 0) {
+		*err = refuse_unjournaled(seen.out, *err);
+		return true;
+	}
+	*err = 0;
+	if (!seen_generations()) {
+		shim_unlock();
+		return false;
+	}
+	strcpy(p, seen.out);    /* less than 256 bytes */
+	return true;
+}
+
+/* Before the lookups: the generations they are valid for. */
+static void seen_begin(const char *p, bool follow, uint64_t gen[2])
+{
+	size_t n = strlen(p);
+
+	seen.level = 0;
+	seen.in[0] = 0;
+	if (n >= sizeof(seen.in) || !shim.session_open || guard_audit())
+		return;         /* audit mode records every would-be refusal */
+	gen[0] = __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE);
+	gen[1] = __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE);
+	memcpy(seen.in, p, n + 1);
+	seen.follow = follow;
+}
+
+static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t gen[2])
+{
+	size_t n = strlen(p);
+
+	if (!seen.in[0] || op == JC_REMOVE || n >= sizeof(seen.out) || (type != S_IFREG && type != S_IFDIR))
+		return;
+	memcpy(seen.out, p, n + 1);
+	memcpy(seen.salt, shim.s.salt, J_SALT_LEN);
+	seen.txn = shim_txn();
+	seen.cow = gen[0];
+	seen.ns = gen[1];
+	seen.is_dir = type == S_IFDIR;
+	seen.level = level_of(op, seen.is_dir);
+}
 
 /* The removal of P, which the program names as PATH relative to DIRFD: the
  * journal's system calls take that plain name relative to DIRFD (a lookup
@@ -241,21 +334,48 @@ static int refuse_unjournaled(const char *p, int err)
 	return -err;
 }
 
+/* Take P's locks before its first lstat, so that what the lstat saw still
+ * holds when the capture uses it (another thread's change of P waits). */
+static bool lock_first(const char *p)
+{
+	if (held.n || !shim.session_open || untracked(p))
+		return false;
+	jlock_paths(&shim.s, &held, p, NULL);
+	return true;
+}
+
 static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool follow, bool creates)
 {
-	mode_t mode = 0;
-	int err = resolve_final(p, follow, &mode);
+	struct stat st;
+	uint64_t gen[2] = { 0, 0 };
+	bool locked, moved = false;
+	mode_t mode;
+	int err;
 
-	canonical_parent(p);
+	if (seen_before(p, op, follow, &err))
+		return err;
+	seen_begin(p, follow, gen);
+	locked = lock_first(p);
+	err = resolve_final(p, follow, &st, &moved);
+	moved |= canonical_parent(p);
+	mode = st.st_mode & S_IFMT;
 	if (!err && !mode && !creates)
 		return 0;       /* truncate() and friends of a missing path: it fails */
 	if (!err && (err = off_limits_change(opname, p)))
 		return err;
 	if (!err && (err = guard_write(opname, p, mode)))
 		return err == 1 ? 0 : err;
+	bool lock = !mode || mode == S_IFREG || mode == S_IFDIR || mode == S_IFLNK;
+	if (locked && (moved || !lock)) {
+		shim_unlock();  /* the locks of another path, or of a call that may block */
+		locked = false;
+	}
 	if (!err)
-		err = capture(p, op, !mode || mode == S_IFREG || mode == S_IFDIR || mode == S_IFLNK);
-	return err ? refuse_unjournaled(p, err) : 0;
+		err = capture(p, op, lock, locked ? &st : NULL);
+	if (err)
+		return refuse_unjournaled(p, err);
+	seen_end(p, op, mode, gen);
+	return 0;
 }
 
 static bool writes(int flags)
@@ -338,6 +458,17 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	return capture_remove(p, dirfd, path);
 }
 
+/* Whether renaming P (or over it) may change where other paths lead: it
+ * is a directory or a symlink, or cannot be looked at. */
+static bool moves_lookups(const char *p)
+{
+	struct stat st;
+
+	if (lstat(p, &st) < 0)
+		return errno != ENOENT;
+	return S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode);
+}
+
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags)
 {
 	char from[PATH_MAX], to[PATH_MAX];
@@ -355,17 +486,21 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 	int wf = guard_write("rename", from, 0), wt = wf > 1 ? 0 : guard_write("rename", to, 0);
 	if (wf > 1 || wt > 1)
 		return wf > 1 ? wf : wt;
-	if (wf == 1 && wt == 1)
-		return 0;       /* both untracked: not journaled */
 	fdcache_forget(from);
 	fdcache_forget(to);
-	bump_namespace();
-	if (untracked(from) && untracked(to))
-		return 0;
+	if ((wf == 1 && wt == 1) || (untracked(from) && untracked(to))) {
+		if (moves_lookups(from) || moves_lookups(to))
+			bump_namespace();
+		return 0;       /* both untracked: not journaled */
+	}
 	err = shim_segment(&g);
 	if (!err) {
+		bool dirs;
+
 		lock_paths(g, from, to);
-		err = jcap_rename(g, shim_txn(), from, to, flags);
+		err = jcap_rename(g, shim_txn(), from, to, flags, &dirs);
+		if (dirs)       /* a file's new name changes no other path's lookup */
+			bump_namespace();
 	}
 	return err ? refuse_unjournaled(from, err) : 0;
 }

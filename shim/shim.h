@@ -172,6 +172,7 @@ HIDDEN void txn_system_done(uint32_t key, int status);
  * guard_write returns 1 for a path that is written but not journaled. */
 HIDDEN void guard_init(bool first);
 HIDDEN bool guard_active(void);        /* enforce mode: reads are judged */
+HIDDEN bool guard_audit(void);         /* audit mode: refusals recorded, not made */
 HIDDEN int guard_read(const char *p);
 HIDDEN int guard_write(const char *op, const char *p, mode_t type);
 HIDDEN int guard_exec(const char *file, char *const argv[]);

@@ -391,7 +391,9 @@ static int op_rename(struct drive *d, int argc, char **argv)
 		flags = !strcmp(argv[2], "noreplace") ? RENAME_NOREPLACE : RENAME_EXCHANGE;
 	from = abspath(d, argv[0]);
 	to = abspath(d, argv[1]);
-	err = jcap_rename(&d->g, d->txn, from, to, flags);
+	bool dirs;
+
+	err = jcap_rename(&d->g, d->txn, from, to, flags, &dirs);
 	if (err)
 		return journal_error(d, argv[0], err);
 	return call_result(d, argv[0], renameat2(AT_FDCWD, argv[0], AT_FDCWD, argv[1], flags));

@@ -71,6 +71,14 @@ ATTACKS = {
     "hard_link": b"ln %s/session stolen && echo evil >> stolen" % J,
     "python_os_open": b"%s -c 'import os; os.open(os.environ[\"FTSBX_JOURNAL\"] + \"/seq\", os.O_RDWR)'"
                       % PY.encode(),
+    # a process's thread judges d/sub outside the journal and remembers it;
+    # then another process's directory renames alone put a symlink into the
+    # journal at d/sub
+    "directory_swapped_in": b"%s -c 'import os\nos.makedirs(\"d/sub\"); os.mkdir(\"e\")\n"
+                            b"os.symlink(os.environ[\"FTSBX_JOURNAL\"], \"e/sub\")\n"
+                            b"open(\"d/sub/x\", \"w\").write(\"ok\")\n"
+                            b"os.system(\"mv d d_old && mv e d\")\n"
+                            b"open(\"d/sub/x\", \"w\").write(\"evil\")'" % PY.encode(),
 }
 
 

@@ -61,6 +61,34 @@ static void test_crc32c_known_vector(void **state)
 	assert_int_equal(jcrc32c(0, "", 0), 0);
 }
 
+/* Bit by bit, from the definition: the reference for every length and
+ * alignment the word-wide path splits differently, and for chaining. */
+static uint32_t crc32c_bitwise(uint32_t crc, const uint8_t *p, size_t n)
+{
+	crc = ~crc;
+	while (n--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1)));
+	}
+	return ~crc;
+}
+
+static void test_crc32c_lengths_and_alignments(void **state)
+{
+	uint8_t buf[300];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 131 + 7);
+	for (size_t off = 0; off < 9; off++)
+		for (size_t n = 0; off + n <= sizeof(buf); n += 1 + n / 8) {
+			uint32_t want = crc32c_bitwise(0x1234u, buf + off, n);
+			assert_int_equal(jcrc32c(0x1234u, buf + off, n), want);
+			assert_int_equal(jcrc32c(jcrc32c(0x1234u, buf + off, n / 3), buf + off + n / 3, n - n / 3), want);
+		}
+}
+
 static void test_blake2b_known_vector(void **state)
 {
 	static const uint8_t want[8] = { 0xbd, 0xdd, 0x81, 0x3c, 0x63, 0x42, 0x39, 0x72 };
@@ -344,6 +372,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc32c_known_vector),
+		cmocka_unit_test(test_crc32c_lengths_and_alignments),
 		cmocka_unit_test(test_blake2b_known_vector),
 		cmocka_unit_test_setup_teardown(test_every_record_type_round_trips, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_record_too_large_is_refused_and_not_written, setup, teardown),
