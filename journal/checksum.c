@@ -2,6 +2,9 @@
  * checksum.c - crc32c for framing, BLAKE2b (libsodium) for the hash chain and
  * pre-image hashes, and the small conversions both halves share.
  */
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <sodium.h>
 #include <string.h>
 #include <time.h>
@@ -43,15 +46,18 @@ static uint32_t crc_sse42(uint32_t crc, const uint8_t *s, size_t n)
 	return crc;
 }
 
-static int has_sse42 = -1;      /* not yet asked: asked in the first call, not in a constructor */
+/* Asked with cpuid at the first checksum, not at load: libgcc's
+ * __builtin_cpu_supports would add a constructor that runs cpuid (a
+ * hypervisor exit under a VM) in every process the shim is loaded into. */
+static int has_sse42 = -1;
 #endif
 
 uint32_t jcrc32c(uint32_t crc, const void *p, size_t n)
 {
 #if defined(__x86_64__)
 	if (has_sse42 < 0) {
-		__builtin_cpu_init();
-		has_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+		unsigned a, b, c = 0, d;
+		has_sse42 = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_2) ? 1 : 0;
 	}
 	if (has_sse42)
 		return ~crc_sse42(~crc, p, n);
