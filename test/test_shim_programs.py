@@ -433,3 +433,60 @@ def test_node_fs(shim, uring):
     before = shim.snap()
     shim.roundtrip("node t.js", check, before=before, env=shim.env(UV_USE_IO_URING=uring),
                    refusals_ok=uring == "1")
+
+
+# --- more real programs -------------------------------------------------------------
+# Each: (programs it needs, script, check of what it did). The round trip
+# then rewinds and compares the whole tree.
+
+def _has(shim, rel):
+    return shim.exists(rel)
+
+
+MORE = {
+    "cp_a_preserving": (["cp"], b"cp -a src src2 && cp -a --remove-destination big.bin secret",
+                        lambda sh: _has(sh, "src2/deep/er/est/leaf.txt") and sh.read("secret") == sh.read("big.bin")),
+    "zip_unzip_over": (["zip", "unzip"],
+                       b"zip -qr ../z.zip src a.txt && echo changed > a.txt && rm -rf src/deep && unzip -qo ../z.zip",
+                       lambda sh: _has(sh, "src/deep/er/est/leaf.txt") and sh.read("a.txt") != b"changed\n"),
+    "gzip_xz_bzip2": (["gzip", "xz", "bzip2"], b"gzip big.bin && gzip -k secret && xz -k sparse && bzip2 a.txt",
+                      lambda sh: _has(sh, "big.bin.gz") and not _has(sh, "big.bin") and _has(sh, "a.txt.bz2")),
+    "sqlite3_vacuum": (["sqlite3"], b"sqlite3 db.sqlite 'create table t(x); insert into t values(1),(2);' && "
+                       b"sqlite3 db.sqlite 'update t set x=3; vacuum;'",
+                       lambda sh: sh.read("db.sqlite").startswith(b"SQLite format 3")),
+    "python_sqlite_wal": ([], b"%s -c 'import sqlite3; c = sqlite3.connect(\"d.db\"); c.execute(\"pragma journal_mode=wal\"); "
+                          b"c.execute(\"create table t(x)\"); c.executemany(\"insert into t values(?)\", "
+                          b"[(i,) for i in range(1000)]); c.commit(); c.close()'" % PY.encode(),
+                          lambda sh: _has(sh, "d.db")),
+    "split_sort_shred": (["split", "sort", "shred"], b"split -b 1000 big.bin part. && sort -o secret secret && shred -u a.txt",
+                         lambda sh: _has(sh, "part.aa") and not _has(sh, "a.txt")),
+    "git_stash_worktree": (["git"], b"set -e; git init -q r && cd r && echo a > f && git add f && git commit -qm 1 && "
+                           b"echo b > f && echo n > new && git stash -u -q && git stash pop -q && "
+                           b"git worktree add -q ../wt && git branch -q x",
+                           lambda sh: sh.read("r/f") == b"b\n" and _has(sh, "wt/f")),
+    "cmake_ninja": (["cmake", "ninja", "cc"],
+                    b"mkdir -p cm && printf 'cmake_minimum_required(VERSION 3.10)\\nproject(p C)\\n"
+                    b"add_executable(p m.c)\\n' > cm/CMakeLists.txt && echo 'int main(void){return 0;}' > cm/m.c && "
+                    b"cmake -S cm -B cm/build -G Ninja >/dev/null && ninja -C cm/build >/dev/null && cm/build/p",
+                    lambda sh: _has(sh, "cm/build/p")),
+    "python_mmap_write": ([], b"%s -c 'import mmap; f = open(\"big.bin\", \"r+b\"); m = mmap.mmap(f.fileno(), 0); "
+                          b"m[0:5] = b\"HELLO\"; m.flush()'" % PY.encode(),
+                          lambda sh: sh.read("big.bin").startswith(b"HELLO")),
+    "shell_redirections": ([], b"echo a > n1; echo b >> n1; cat a.txt > secret; : > big.bin; >| sparse; "
+                           b"exec 3>>hard1; echo more >&3; exec 4<>src/main.c; echo X >&4",
+                           lambda sh: sh.read("n1") == b"a\nb\n" and sh.read("big.bin") == b""),
+    "directory_swap": ([], b"mv src src.tmp && mkdir src && mv src.tmp src/old && ln -s src/old/main.c link",
+                       lambda sh: _has(sh, "src/old/main.c") and os.readlink(sh.p("link")) == b"src/old/main.c"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_programs(shim, name):
+    progs, script, did = MORE[name]
+    missing = [p for p in progs if not shutil.which(p)]
+    if missing:
+        pytest.skip(f"not installed: {' '.join(missing)}")
+
+    def check(proc):
+        assert did(shim), f"{name}: the program did not do its work\nstderr: {proc.stderr[-2000:]!r}"
+    shim.roundtrip(script, check, timeout=300)
