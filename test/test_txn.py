@@ -5,6 +5,7 @@ FTSBX_ON_FAILURE=rewind; the agent's own machinery (multiprocessing workers)
 is not a tool call; a whole-session rewind gives back the tree as it was."""
 import json
 import os
+import shutil
 import subprocess
 import textwrap
 
@@ -588,6 +589,53 @@ def test_a_shell_on_a_pseudo_terminal_is_a_session_shell(tmp_path):
     assert by_cmd["touch made.txt"]["txn"] != by_cmd["touch after.txt"]["txn"]
     failed = [row for row in rows if row["argv"] and row["argv"][0] == "sh" and "exit 3" in row["argv"][2]]
     assert len(failed) == 1 and failed[0]["rewound"] == "yes", rows
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# --- an agent loop in Node.js (child_process through libuv) ----------------------
+
+NODE_AGENT = r"""
+const cp = require('child_process');
+const log = [];
+const run = (c) => {
+  try { cp.execSync(c, {shell: '/bin/bash', stdio: 'pipe'}); return 0; }
+  catch (e) { return e.status; }
+};
+const state = () => require('fs').readFileSync('state.txt', 'utf8');
+log.push([run('echo one >> state.txt'), state()]);
+log.push([run('echo two >> state.txt; rm -f a.txt; exit 3'), state()]);
+const r = cp.spawnSync('sh', ['-c', 'echo three >> state.txt; exit 4']);
+log.push([r.status, state()]);
+const child = cp.spawn('bash', ['-c', 'echo four >> state.txt']);
+child.on('exit', (code) => {
+  log.push([code, state()]);
+  console.log(JSON.stringify(log));
+});
+"""
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="no node")
+def test_a_node_agent_loop_gets_a_transaction_per_call_and_rewinds_failures(tmp_path):
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    (tmp_path / "agent.js").write_text(NODE_AGENT)
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               FTSBX_ON_FAILURE="rewind")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
+        env.pop(k, None)
+    r = subprocess.run(["node", str(tmp_path / "agent.js")], cwd=ws, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    log = json.loads(r.stdout.strip().splitlines()[-1])
+    assert log == [[0, "zero\none\n"], [3, "zero\none\n"], [4, "zero\none\n"], [0, "zero\none\nfour\n"]], log
+    assert (ws / "a.txt").exists(), "the failed call's rm must be undone"
+    rows = [json.loads(l) for l in subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"],
+                                                  capture_output=True, text=True).stdout.splitlines()]
+    cmds = [" ".join(row["argv"] or []) for row in rows if row["txn"] != 0]
+    for call in ("echo one", "exit 3", "exit 4", "echo four"):
+        assert sum(call in c for c in cmds) == 1, (call, cmds)
     out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
