@@ -74,32 +74,64 @@ extern char **environ;
 
 /* Children of the root: pid and the id it was started with (its key: see
  * struct shared), one atomic word each, since the agent's threads start and
- * reap tool calls at once (no heap: a fixed table). */
+ * reap tool calls at once (no heap: a fixed table). Open addressing: a pid
+ * is looked for from the slot its hash names onwards (the probe order), and
+ * CHILD_REACH bounds how far any entry ever went, so that a look-up (also
+ * of a pid that is not there) reads a few words, not the whole table. A put
+ * takes the first slot in probe order that is empty or holds the same pid,
+ * so an entry of a reused pid always comes before a stale one (a child
+ * reaped before its put, by another thread's wait), which the put then
+ * clears. Lock-free and async-signal-safe: these run between fork and exec,
+ * in vfork paths and in a SIGCHLD handler's wait. */
 #define NCHILD 1024
 static uint64_t children[NCHILD];
+static unsigned child_reach;            /* the farthest probe distance of any put, plus one */
+
+static unsigned child_home(pid_t pid)
+{
+	return (uint32_t)pid * 0x9e3779b1u >> 22;      /* the top 10 bits: NCHILD slots */
+}
 
 static void child_put(pid_t pid, uint32_t key)
 {
 	uint64_t v = (uint64_t)(uint32_t)pid << 32 | key;
+	unsigned h = child_home(pid), d;
 
-	for (int pass = 0; pass < 2; pass++)
-		for (int i = 0; i < NCHILD; i++) {
-			uint64_t old = __atomic_load_n(&children[i], __ATOMIC_ACQUIRE);
-			/* first pass: an entry of a reused pid; second: a free one */
-			if ((pass ? old == 0 : old && old >> 32 == (uint32_t)pid) &&
-			    __atomic_compare_exchange_n(&children[i], &old, v, false, __ATOMIC_ACQ_REL,
-							__ATOMIC_ACQUIRE))
-				return;
+	_Static_assert(NCHILD == 1u << 10, "child_home gives 10 bits");
+	for (d = 0; d < NCHILD; d++) {
+		uint64_t *slot = &children[(h + d) % NCHILD];
+		uint64_t old = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+		while (old == 0 || old >> 32 == (uint32_t)pid) {
+			unsigned reach = __atomic_load_n(&child_reach, __ATOMIC_ACQUIRE);
+			/* the reach first: a take must not stop short of the entry */
+			while (reach <= d && !__atomic_compare_exchange_n(&child_reach, &reach, d + 1, false,
+									 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				;
+			if (__atomic_compare_exchange_n(slot, &old, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				goto put;
 		}
+	}
+	return;                 /* full: the call is not followed */
+put:
+	/* a stale entry of the same pid further on goes */
+	for (unsigned reach = __atomic_load_n(&child_reach, __ATOMIC_ACQUIRE); ++d < reach;) {
+		uint64_t *slot = &children[(h + d) % NCHILD];
+		uint64_t old = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+		if (old >> 32 == (uint32_t)pid && old != v)
+			__atomic_compare_exchange_n(slot, &old, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	}
 }
 
 static uint32_t child_take(pid_t pid)
 {
-	for (int i = 0; i < NCHILD; i++) {
-		uint64_t old = __atomic_load_n(&children[i], __ATOMIC_ACQUIRE);
-		if (old && old >> 32 == (uint32_t)pid &&
-		    __atomic_compare_exchange_n(&children[i], &old, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return (uint32_t)old;
+	unsigned h = child_home(pid), reach = __atomic_load_n(&child_reach, __ATOMIC_ACQUIRE);
+
+	for (unsigned d = 0; d < reach; d++) {
+		uint64_t *slot = &children[(h + d) % NCHILD];
+		uint64_t old = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+		while (old && old >> 32 == (uint32_t)pid)
+			if (__atomic_compare_exchange_n(slot, &old, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				return (uint32_t)old;
 	}
 	return 0;
 }

@@ -639,3 +639,99 @@ def test_a_node_agent_loop_gets_a_transaction_per_call_and_rewinds_failures(tmp_
     out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# --- the root's table of its children (pid -> tool call), with pids reused ----------
+
+# The agent runs as pid 1 of a pid namespace of its own, where it can choose
+# the next pid (/proc/sys/kernel/ns_last_pid, opened on descriptor 9 before
+# the shim loads): it keeps LIVE tool calls running, reaps one at random
+# (or whichever the kernel picks, with wait()), and at once starts the next
+# one on the pid just freed, by posix_spawn, fork + exec or subprocess's
+# vfork in turn. Most of the pids share one home slot in txn.c's table (its
+# hash, copied here: the worst case for its probing; with another hash the
+# test still runs, just easier). Each call writes its own file and exits with its own
+# status; a failed one is rewound when reaped. A tool call matched to the
+# wrong transaction would rewind another's file, or keep a failed one's.
+PID_REUSE_AGENT = textwrap.dedent("""
+    import os, random, subprocess, sys
+    rng = random.Random(int(sys.argv[1]))
+    LIVE, CALLS = 48, 200
+    live, want, popens, forced, n = {}, {}, [], 0, 0
+
+    def start(pid_wanted):
+        global n, forced
+        i, n = n, n + 1
+        status = rng.choice([0, 0, 1, 2])
+        argv = ["/bin/sh", "-c", f"echo {i} > out{i}.txt; exit {status}"]
+        os.pwrite(9, str(pid_wanted - 1).encode(), 0)
+        how = i % 3
+        if how == 0:
+            pid = os.posix_spawn("/bin/sh", argv, os.environ)
+        elif how == 1:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.execv("/bin/sh", argv)
+                finally:
+                    os._exit(127)
+        else:
+            p = subprocess.Popen(argv)
+            popens.append(p)
+            pid = p.pid
+        forced += pid == pid_wanted
+        live[pid] = (i, status)
+
+    home = lambda p: (p * 0x9e3779b1 & 0xffffffff) >> 22
+    pool = [p for p in range(300, 1 << 15) if home(p) == home(300)][:LIVE - 8] + list(range(200, 208))
+    for p in pool:
+        start(p)
+    while live:
+        if rng.random() < 0.2:
+            pid, st = os.wait()
+        else:
+            pid, st = os.waitpid(rng.choice(list(live)), 0)
+        i, status = live.pop(pid)
+        assert os.waitstatus_to_exitcode(st) == status, (i, st, status)
+        want[i] = status
+        if n < CALLS:
+            start(pid)
+    print(forced, n)
+    for p in popens:
+        p.returncode = 0        # reaped above
+    print(repr(want))
+""")
+
+
+def test_tool_calls_on_reused_pids_reaped_in_any_order_keep_their_transactions(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare for a pid namespace")
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "reuse_agent.py"
+    agent.write_text(PID_REUSE_AGENT)
+    env = dict(os.environ, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path), FTSBX_ON_FAILURE="rewind")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP", "LD_PRELOAD"):
+        env.pop(k, None)
+    script = f"exec 9>/proc/sys/kernel/ns_last_pid && exec env LD_PRELOAD={SHIM} /usr/bin/python3 {agent} 5"
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "/bin/sh", "-c", script], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode and "unshare" in r.stderr and "ftsbx" not in r.stderr:
+        pytest.skip(f"no pid namespace here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    forced, calls = map(int, r.stdout.splitlines()[-2].split())
+    want = eval(r.stdout.splitlines()[-1])
+    assert calls == len(want) == 200
+    assert forced >= 180, f"only {forced} of {calls} calls got the pid they were meant to reuse"
+    assert sorted(p.name for p in ws.glob("out*.txt")) == sorted(f"out{i}.txt" for i, s in want.items() if s == 0)
+    for i, s in want.items():
+        if s == 0:
+            assert (ws / f"out{i}.txt").read_text() == f"{i}\n"
+    rows = txn_rows(tmp_path)
+    by_call = {int(row["argv"][2].split()[1]): row for row in rows if row["argv"][0] == "/bin/sh"}
+    assert sorted(by_call) == list(range(200)), rows
+    for i, s in want.items():
+        assert by_call[i]["status"] == s and by_call[i]["rewound"] == ("yes" if s else "no"), (i, by_call[i])
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
