@@ -735,3 +735,48 @@ def test_tool_calls_on_reused_pids_reaped_in_any_order_keep_their_transactions(t
     out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# --- an agent loop in Java (ProcessBuilder starts commands through jspawnhelper) ----
+
+JAVA_AGENT = """
+import java.nio.file.*;
+public class Agent {
+  static int run(String c) throws Exception {
+    return new ProcessBuilder("bash", "-c", c).inheritIO().start().waitFor();
+  }
+  static String state() throws Exception { return new String(Files.readAllBytes(Paths.get("state.txt"))); }
+  public static void main(String[] a) throws Exception {
+    int one = run("echo one >> state.txt");
+    String s1 = state();
+    int two = run("echo two >> state.txt; rm -f a.txt; exit 3");
+    System.out.println(one + "|" + two + "|" + s1.replace("\\n", "/") + "|" + state().replace("\\n", "/"));
+  }
+}
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("javac") and shutil.which("java")), reason="no JDK")
+def test_a_java_agent_loop_records_the_commands_behind_jspawnhelper(tmp_path):
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    (tmp_path / "Agent.java").write_text(JAVA_AGENT)
+    subprocess.run(["javac", "-d", str(tmp_path), str(tmp_path / "Agent.java")], check=True, timeout=300)
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               FTSBX_ON_FAILURE="rewind", TMPDIR=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
+        env.pop(k, None)
+    r = subprocess.run(["java", "-Xshare:auto", "-cp", str(tmp_path), "Agent"], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "0|3|zero/one/|zero/one/", r.stdout
+    assert (ws / "a.txt").exists(), "the failed call's rm must be undone"
+    rows = [json.loads(l) for l in subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"],
+                                                  capture_output=True, text=True).stdout.splitlines()]
+    cmds = [row["argv"] for row in rows if row["txn"] != 0]
+    assert ["bash", "-c", "echo one >> state.txt"] in cmds, cmds
+    assert ["bash", "-c", "echo two >> state.txt; rm -f a.txt; exit 3"] in cmds, cmds
+    assert not any("jspawnhelper" in " ".join(c or []) for c in cmds), cmds
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))

@@ -641,18 +641,34 @@ static struct txrow *make_rows(const struct jreader *r, size_t *nrows)
 	return rows;
 }
 
+/* A launcher that only execs the real program in its own process, with
+ * an argv of its own that says nothing (Java's ProcessBuilder starts every
+ * command through jspawnhelper, which reads the real argv from a pipe). */
+static bool trampoline(const struct jfield *argv)
+{
+	size_t n = strnlen((const char *)argv->p, argv->n);
+	const char *a0 = (const char *)argv->p, *base = memrchr(a0, '/', n);
+
+	base = base ? base + 1 : a0;
+	return (size_t)(a0 + n - base) == strlen("jspawnhelper") && !memcmp(base, "jspawnhelper", 12);
+}
+
 /* Without a command in its begin record, a row's command is the first
- * program started whose parent started none of the others. */
+ * program started whose parent started none of the others (past a
+ * trampoline: the program that process became next). */
 static void row_command(struct txrow *w)
 {
 	for (unsigned i = 0; !w->argv_from_begin && i < w->nex; i++) {
 		bool top = true;
 		for (unsigned k = 0; k < w->nex && top; k++)
 			top = w->ex[k].pid != w->ex[i].ppid || w->ex[k].pid == w->ex[i].pid;
-		if (top) {
-			w->argv = w->ex[i].argv;
-			return;
-		}
+		if (!top)
+			continue;
+		w->argv = w->ex[i].argv;
+		for (unsigned k = i + 1; k < w->nex && trampoline(w->argv); k++)
+			if (w->ex[k].pid == w->ex[i].pid)
+				w->argv = w->ex[k].argv;
+		return;
 	}
 }
 
