@@ -11,26 +11,63 @@
 #include <netinet/in.h>
 #include "internal.h"
 
-/* A word at a time (every process that starts checks its block: a byte
- * loop cost more than the rest of the start); each step is a bijection of
- * the state, so any change of one word changes the result. */
-uint64_t pol_fnv(const void *p, size_t n)
+/*
+ * The block's hash. Every process that starts checks its block, so this is
+ * on the path of every exec: four independent lanes over 32-byte strides
+ * (one chain waits for a multiply at every word; four overlap, and the
+ * step is three instructions). Each step is a bijection of its lane for a
+ * given word (xor, multiply by an odd constant, rotate), so any change of
+ * one word changes that lane, and the fold at the end is a bijection in
+ * each lane, so it changes the result; the length is folded in too, and
+ * the tail is a zero-padded word. The hash field itself counts as zero.
+ */
+#define HK 0x9e3779b97f4a7c15ull
+
+static inline uint64_t hstep(uint64_t h, uint64_t w)
+{
+	h = (h ^ w) * HK;
+	return h << 31 | h >> 33;
+}
+
+static inline uint64_t word(const unsigned char *c)
+{
+	uint64_t w;
+
+	memcpy(&w, c, 8);
+	return w;
+}
+
+uint64_t pol_blob_hash(const void *p, size_t n)
 {
 	const unsigned char *c = p;
-	uint64_t h = 0xcbf29ce484222325ull, w;
-	size_t i;
+	uint64_t l0 = 0x243f6a8885a308d3ull, l1 = 0x13198a2e03707344ull, l2 = 0xa4093822299f31d0ull,
+		 l3 = 0x082efa98ec4e6c89ull, h;
+	size_t i = 0;
 
-	_Static_assert(offsetof(struct pol_hdr, hash) % 8 == 0, "the hash field is one word");
-	for (i = 0; i + 8 <= n; i += 8) {
-		memcpy(&w, c + i, 8);
-		if (i == offsetof(struct pol_hdr, hash))
-			w = 0;          /* the hash field itself counts as zero */
-		h = (h ^ w) * 0x100000001b3ull;
-		h ^= h >> 29;
+	_Static_assert(offsetof(struct pol_hdr, hash) == 16, "the hash field is the third word");
+	if (n >= 32) {
+		l0 = hstep(l0, word(c));
+		l1 = hstep(l1, word(c + 8));
+		l2 = hstep(l2, 0);
+		l3 = hstep(l3, word(c + 24));
+		for (i = 32; i + 32 <= n; i += 32) {
+			l0 = hstep(l0, word(c + i));
+			l1 = hstep(l1, word(c + i + 8));
+			l2 = hstep(l2, word(c + i + 16));
+			l3 = hstep(l3, word(c + i + 24));
+		}
 	}
-	for (; i < n; i++)
-		h = (h ^ c[i]) * 0x100000001b3ull;
-	return h;
+	for (; i + 8 <= n; i += 8)
+		l0 = hstep(l0, i == 16 ? 0 : word(c + i));
+	if (i < n) {
+		unsigned char tail[8] = { 0 };
+		memcpy(tail, c + i, n - i);
+		l1 = hstep(l1, word(tail));
+	}
+	h = hstep(hstep(hstep(hstep(n, l0), l1), l2), l3);
+	h ^= h >> 29;
+	h *= HK;
+	return h ^ h >> 32;
 }
 
 /* --- the block ---------------------------------------------------------------- */
@@ -41,42 +78,47 @@ void policy_blob(const struct policy *pol, const void **p, size_t *n)
 	*n = pol->n;
 }
 
-static bool str_ok(const struct pol_hdr *h, uint32_t off)
+/* OFF is 0 or inside the string area (one compare: below it wraps). */
+static inline bool str_ok(const struct pol_hdr *h, uint32_t off)
 {
-	return off == 0 || (off >= h->str_off && off - h->str_off < h->str_len);
+	return off - h->str_off < h->str_len || off == 0;
 }
 
+/* Every entry of table T refers to strings and tokens inside the block (the
+ * hash catches damage, these a block made to fool it); one loop per kind,
+ * since every process that starts runs them. */
 static bool entries_ok(const struct pol_hdr *h, int t, const char *base)
 {
-	const struct pol_span *s = &h->tab[t];
+	const char *e = base + h->tab[t].off;
+	uint32_t n = h->tab[t].n, ntok = h->tab[PT_TOKEN].n;
+	bool ok = true;
 
-	for (uint32_t i = 0; i < s->n; i++) {
-		const char *e = base + s->off;
-		bool ok;
-		if (t < PT_GLOB0) {
-			const struct pol_prefix *x = (const void *)e + i * sizeof(*x);
-			ok = str_ok(h, x->path) && str_ok(h, x->rule) && x->path &&
-			     x->len == strlen(base + x->path);
-		} else if (t < PT_DENY) {
-			const struct pol_glob *x = (const void *)e + i * sizeof(*x);
-			ok = x->pat && str_ok(h, x->pat) && str_ok(h, x->rule) &&
-			     x->litlen <= strlen(base + x->pat);
-		} else if (t <= PT_EXEMPT) {
-			const struct pol_erule *x = (const void *)e + i * sizeof(*x);
-			ok = x->prog && str_ok(h, x->prog) && str_ok(h, x->rule) &&
-			     x->tok <= h->tab[PT_TOKEN].n && x->ntok <= h->tab[PT_TOKEN].n - x->tok;
-		} else if (t == PT_TOKEN) {
-			const struct pol_etok *x = (const void *)e + i * sizeof(*x);
-			ok = x->pat && str_ok(h, x->pat) && x->kind <= ET_EXACT;
-		} else {
-			const struct pol_net *x = (const void *)e + i * sizeof(*x);
-			ok = str_ok(h, x->path) && str_ok(h, x->rule) && x->family <= NF_UNIX &&
-			     (x->family != NF_UNIX || x->path) && x->plen <= 128;
-		}
-		if (!ok)
-			return false;
+	if (t < PT_GLOB0) {
+		const struct pol_prefix *x = (const void *)e;
+		for (uint32_t i = 0; i < n && ok; i++)
+			ok = x[i].path && str_ok(h, x[i].path) && str_ok(h, x[i].rule) &&
+			     x[i].len == strlen(base + x[i].path);
+	} else if (t < PT_DENY) {
+		const struct pol_glob *x = (const void *)e;
+		for (uint32_t i = 0; i < n && ok; i++)
+			ok = x[i].pat && str_ok(h, x[i].pat) && str_ok(h, x[i].rule) &&
+			     x[i].litlen <= strlen(base + x[i].pat);
+	} else if (t <= PT_EXEMPT) {
+		const struct pol_erule *x = (const void *)e;
+		for (uint32_t i = 0; i < n && ok; i++)
+			ok = x[i].prog && str_ok(h, x[i].prog) && str_ok(h, x[i].rule) && x[i].tok <= ntok &&
+			     x[i].ntok <= ntok - x[i].tok;
+	} else if (t == PT_TOKEN) {
+		const struct pol_etok *x = (const void *)e;
+		for (uint32_t i = 0; i < n && ok; i++)
+			ok = x[i].pat && str_ok(h, x[i].pat) && x[i].kind <= ET_EXACT;
+	} else {
+		const struct pol_net *x = (const void *)e;
+		for (uint32_t i = 0; i < n && ok; i++)
+			ok = str_ok(h, x[i].path) && str_ok(h, x[i].rule) && x[i].family <= NF_UNIX &&
+			     (x[i].family != NF_UNIX || x[i].path) && x[i].plen <= 128;
 	}
-	return true;
+	return ok;
 }
 
 /* The common prefix of a sorted table is that of its first and last
@@ -106,7 +148,7 @@ int policy_from_blob(struct policy *pol, const void *p, size_t n)
 	const struct pol_hdr *h = p;
 
 	if (n < sizeof(*h) || ((uintptr_t)p & 7) || h->magic != POL_MAGIC || h->version != POL_VERSION ||
-	    h->size != n || h->hash != pol_fnv(p, n))
+	    h->size != n || h->hash != pol_blob_hash(p, n))
 		return -EINVAL;
 	if (h->str_off != sizeof(*h) || h->str_len == 0 || h->str_len > n - sizeof(*h) ||
 	    ((const char *)p)[h->str_off + h->str_len - 1] != 0)

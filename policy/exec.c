@@ -25,7 +25,7 @@ struct prog {
 	const char *names[4];
 	size_t lens[4];
 	int nnames;
-	uint64_t first[4];      /* the first bytes of the names, a bitmap */
+	uint32_t first[8];      /* the first bytes of the names, a bitmap (bit C of first[C / 32]) */
 	char path[PATH_MAX];    /* as resolved through PATH ("" if not found) */
 	char final[PATH_MAX];   /* after following symlinks */
 };
@@ -104,7 +104,7 @@ static void add_name(struct prog *pg, const char *p)
 	if (*b && pg->nnames < 4) {
 		pg->lens[pg->nnames] = strlen(b);
 		pg->names[pg->nnames++] = b;
-		pg->first[(unsigned char)*b >> 6] |= 1ull << ((unsigned char)*b & 63);
+		pg->first[(unsigned char)*b >> 5] |= 1u << ((unsigned char)*b & 31);
 	}
 }
 
@@ -127,8 +127,23 @@ static void resolve(struct prog *pg, const char *file, const char *argv0, const 
 	add_name(pg, pg->final);
 }
 
+/* May an alternative of ALTS match one of PG's names? Only one that starts
+ * with a wildcard or with the first byte of a name can (or with '/', which
+ * prog_match tries on the paths). */
+static bool may_match(const struct prog *pg, const char *alts)
+{
+	uint32_t first[8] = { 0 }, any = 0;
+
+	pol_alt_firsts(alts, first, &any);
+	for (int i = 0; i < 8; i++)
+		any |= first[i] & pg->first[i];
+	return any;
+}
+
 static bool has_name(const struct prog *pg, const char *alts)
 {
+	if (!may_match(pg, alts))
+		return false;
 	for (int i = 0; i < pg->nnames; i++)
 		if (glob_any(alts, pg->names[i], strlen(pg->names[i]), false))
 			return true;
@@ -140,7 +155,7 @@ static bool prog_match(const char *alts, const struct prog *pg)
 	for (const char *a = alts; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL) {
 		unsigned char c = (unsigned char)a[0];
 		/* most alternatives start with a letter no name starts with */
-		if (c != '*' && c != '?' && c != '[' && c != '/' && !(pg->first[c >> 6] >> (c & 63) & 1))
+		if (c != '*' && c != '?' && c != '[' && c != '/' && !(pg->first[c >> 5] >> (c & 31) & 1))
 			continue;
 		size_t n = strcspn(a, "|");
 		if (memchr(a, '/', n)) {
@@ -190,8 +205,12 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 	const struct pol_etok *t = POL_TAB(pol, PT_TOKEN, struct pol_etok) + r->tok;
 	int next = 0;           /* the operand cursor */
 	bool dashdash = false;
+	uint32_t may = r->anyfirst;
 
-	if (!prog_match(pol_str(pol, r->prog), pg))
+	/* the compiled filter first: most rules are for other programs */
+	for (int i = 0; i < 8; i++)
+		may |= r->first[i] & pg->first[i];
+	if (!may || !prog_match(pol_str(pol, r->prog), pg))
 		return false;
 	for (uint32_t k = 0; k < r->ntok; k++) {
 		const char *pat = pol_str(pol, t[k].pat);

@@ -4,7 +4,7 @@
  * One block, little-endian as the host, position-independent: the header,
  * then arrays of fixed-size entries, then NUL-terminated strings. Every
  * reference is an offset from the start of the block (0: none). The hash is
- * FNV-1a 64 over the whole block with the hash field zero. policy_from_blob
+ * pol_blob_hash over the whole block with the hash field zero. policy_from_blob
  * checks every offset before the block is used, so the decision code can
  * trust it.
  */
@@ -17,7 +17,7 @@
 #include "policy.h"
 
 #define POL_MAGIC       0x4c4f5046u     /* "FPOL" */
-#define POL_VERSION     1u
+#define POL_VERSION     2u
 
 /* The path tables: each is a sorted array of literal prefixes and an array
  * of glob patterns. */
@@ -77,10 +77,33 @@ struct pol_glob {
 	uint8_t litlen;                 /* literal bytes before the first wildcard (<= 255) */
 };
 
+/* An exec rule. FIRST and ANYFIRST let a program be ruled out in a few
+ * instructions (most rules name programs that start with other letters):
+ * the bitmap of the first bytes of the program alternatives, and whether
+ * one starts with '*', '?', '[' or '/' (it may match any program). */
 struct pol_erule {
 	uint32_t rule, prog;            /* rule text; program alternatives "a|b*" */
 	uint32_t tok, ntok;             /* into PT_TOKEN */
+	uint32_t first[8];              /* bit C of first[C / 32]: an alternative starts with byte C */
+	uint32_t anyfirst;
 };
+
+/* The first-byte filter of the alternatives ALTS ("a|b*"), as struct
+ * pol_erule keeps it. */
+static inline void pol_alt_firsts(const char *alts, uint32_t first[8], uint32_t *anyfirst)
+{
+	for (const char *a = alts;;) {
+		unsigned char c = (unsigned char)*a;
+		if (c == '*' || c == '?' || c == '[' || c == '/')
+			*anyfirst = 1;
+		else
+			first[c >> 5] |= 1u << (c & 31);
+		while (*a && *a != '|')
+			a++;
+		if (!*a++)
+			return;
+	}
+}
 
 enum { ET_FLAG, ET_ARG, ET_EXACT };   /* -x/--long, an operand, =ANY ARGUMENT */
 struct pol_etok {
@@ -133,7 +156,8 @@ static inline const char *pol_str(const struct policy *pol, uint32_t off)
 /* Work out the filters of struct policy for its block (decide.c). */
 void pol_filters(struct policy *pol);
 
-uint64_t pol_fnv(const void *p, size_t n);
+/* The hash of the block at P, N bytes, with its hash field as zero (decide.c). */
+uint64_t pol_blob_hash(const void *p, size_t n);
 
 /* glob.c: '*', '?', '[...]' ('!' or '^' negates). SLASH: a wildcard does
  * not match '/'. N: the length of S. */

@@ -349,6 +349,7 @@ static int add_erule(struct build *b, int table, const char *section, const char
 	}
 	if (!r.prog)
 		return fail(b, "empty command rule %s", key);
+	pol_alt_firsts(b->str.p + r.prog - sizeof(struct pol_hdr), r.first, &r.anyfirst);
 	return add_entry(b, table, &r, sizeof(r));
 }
 
@@ -754,7 +755,7 @@ static int finish(struct build *b, struct policy **out)
 	for (int t = 0; t < PT_COUNT; t++)
 		if (b->tab[t].len)
 			memcpy(blk + b->h.tab[t].off, b->tab[t].p, b->tab[t].len);
-	((struct pol_hdr *)blk)->hash = pol_fnv(blk, size);
+	((struct pol_hdr *)blk)->hash = pol_blob_hash(blk, size);
 	pol->b = (const struct pol_hdr *)blk;
 	pol->n = size;
 	pol->owned = blk;

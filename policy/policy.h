@@ -7,8 +7,8 @@
  * Two halves with different rules:
  * - Loading (policy_load) parses with inih, expands ~ and $VAR, and may
  *   allocate: it runs once, in the constructor of a session's first process.
- *   Its result is one block of bytes (offsets, never pointers; a size and an
- *   FNV-1a hash) that the first process can write into the session directory
+ *   Its result is one block of bytes (offsets, never pointers; a size and a
+ *   64-bit hash) that the first process can write into the session directory
  *   (policy_blob) and later processes map (policy_from_blob, no allocation).
  * - Deciding (policy_path, policy_exec, policy_signal, policy_connect and the
  *   accessors) never allocates, never uses stdio and takes no lock: it reads

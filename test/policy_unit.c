@@ -716,13 +716,88 @@ static void test_blob_round_trip_and_damage(void **state)
 	assert_int_equal(EXEC(&mapped, "reboot"), PV_DENY);
 	assert_int_equal(path(&mapped, "/home/u/.aws/credentials", false), PV_DENY);
 	assert_int_equal(policy_from_blob(&mapped, copy, n - 8), -EINVAL);
-	for (size_t off = 0; off < n; off += n / 97 + 1) {
-		((unsigned char *)copy)[off] ^= 0x40;
-		assert_int_equal(policy_from_blob(&mapped, copy, n), -EINVAL);
-		((unsigned char *)copy)[off] ^= 0x40;
+	/* cut short by any amount, or longer */
+	for (size_t cut = 1; cut <= 64; cut++)
+		assert_int_equal(policy_from_blob(&mapped, copy, n - cut), -EINVAL);
+	assert_int_equal(policy_from_blob(&mapped, copy, n / 2 & ~(size_t)7), -EINVAL);
+	((unsigned char *)copy)[n] = 0;
+	assert_int_equal(policy_from_blob(&mapped, copy, n + 1), -EINVAL);
+	/* every byte flipped, each bit in turn */
+	for (size_t off = 0; off < n; off++) {
+		unsigned char bit = (unsigned char)(1u << off % 8);
+		((unsigned char *)copy)[off] ^= bit;
+		if (policy_from_blob(&mapped, copy, n) != -EINVAL)
+			fail_msg("a flip of bit %u at %zu of %zu went unseen", (unsigned)off % 8, off, n);
+		((unsigned char *)copy)[off] ^= bit;
 	}
+	/* the top bits of two words of one lane (a multiply alone would cancel
+	 * them), two words swapped in place, and across lanes */
+	for (size_t off = 32; off + 40 <= n; off += 8 * 37) {
+		unsigned char *b = (unsigned char *)copy + off;
+		uint64_t a, z;
+		b[7] ^= 0x80;
+		b[39] ^= 0x80;
+		assert_int_equal(policy_from_blob(&mapped, copy, n), -EINVAL);
+		b[7] ^= 0x80;
+		b[39] ^= 0x80;
+		for (size_t d = 8; d <= 32; d += 24) {
+			memcpy(&a, b, 8);
+			memcpy(&z, b + d, 8);
+			if (a == z)
+				continue;
+			memcpy(b, &z, 8);
+			memcpy(b + d, &a, 8);
+			assert_int_equal(policy_from_blob(&mapped, copy, n), -EINVAL);
+			memcpy(b, &a, 8);
+			memcpy(b + d, &z, 8);
+		}
+	}
+	assert_int_equal(policy_from_blob(&mapped, copy, n), 0);
 	assert_int_equal(policy_from_blob(&mapped, (char *)copy + 1, n), -EINVAL);    /* misaligned */
 	free(copy);
+	policy_free(pol);
+}
+
+/* The compiled filter that rules out most exec rules by the first byte of
+ * the program's names keeps every match: alternatives that start with a
+ * wildcard or a bracket, paths, bytes above 127, the last of several. */
+static void test_exec_rule_filters(void **state)
+{
+	struct policy *pol = load("[commands]\nstar = *fmt\nq = ?ing\nbr = [lm]ount2\nabs = /opt/tools/zap\n"
+				  "mixed = zz|*cc|ld.so -x\nlast = aa|bb|cc\nutf = \xc3\xa9*\n"
+				  "[rewind]\nexcept = *test|[p]rove\n");
+	const char *why;
+
+	(void)state;
+	assert_non_null(pol);
+	assert_int_equal(EXEC(pol, "rustfmt", "src"), PV_DENY);
+	assert_int_equal(EXEC(pol, "fmt"), PV_DENY);
+	assert_int_equal(EXEC(pol, "format"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "ping", "host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "pings"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "mount2"), PV_DENY);
+	assert_int_equal(EXEC(pol, "lount2"), PV_DENY);
+	assert_int_equal(EXEC(pol, "count2"), PV_ALLOW);
+	assert_int_equal(policy_exec(pol, "/opt/tools/zap", (char *const[]){ "innocent", NULL }, NULL, &why), PV_DENY);
+	assert_string_equal(why, "[commands] abs = /opt/tools/zap");
+	assert_int_equal(EXEC(pol, "/opt/tools/zap"), PV_DENY);
+	assert_int_equal(EXEC(pol, "zap"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "gcc", "-x", "c"), PV_DENY);
+	assert_int_equal(EXEC(pol, "gcc", "-c"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "zz", "-x"), PV_DENY);
+	assert_int_equal(EXEC(pol, "cc"), PV_DENY);
+	assert_int_equal(EXEC(pol, "bb"), PV_DENY);
+	assert_int_equal(EXEC(pol, "dd"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "\xc3\xa9lan"), PV_DENY);
+	assert_int_equal(EXEC(pol, "elan"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "\xc3\xb1" "fmt"), PV_DENY);
+	/* the names as run through wrappers and shells */
+	assert_int_equal(EXEC(pol, "env", "-i", "nice", "rustfmt"), PV_DENY);
+	assert_int_equal(EXEC(pol, "dash", "-c", "ping -c 1 host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "env", "true"), PV_ALLOW);
+	assert_true(policy_rewind_exempt(pol, (char *const[]){ "unittest", NULL }));
+	assert_true(policy_rewind_exempt(pol, (char *const[]){ "timeout", "9", "prove", NULL }));
+	assert_false(policy_rewind_exempt(pol, (char *const[]){ "tests", NULL }));
 	policy_free(pol);
 }
 
@@ -808,6 +883,7 @@ int main(void)
 		cmocka_unit_test(test_key_base),
 		cmocka_unit_test(test_builtin_default),
 		cmocka_unit_test(test_blob_round_trip_and_damage),
+		cmocka_unit_test(test_exec_rule_filters),
 		cmocka_unit_test(test_shipped_policies_load),
 		cmocka_unit_test(test_read_check_is_fast),
 	};
