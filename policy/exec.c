@@ -127,23 +127,14 @@ static void resolve(struct prog *pg, const char *file, const char *argv0, const 
 	add_name(pg, pg->final);
 }
 
-/* May an alternative of ALTS match one of PG's names? Only one that starts
- * with a wildcard or with the first byte of a name can (or with '/', which
- * prog_match tries on the paths). */
-static bool may_match(const struct prog *pg, const char *alts)
+/* Does a name of PG start with the byte C? */
+static inline bool starts_with(const struct prog *pg, unsigned char c)
 {
-	uint32_t first[8] = { 0 }, any = 0;
-
-	pol_alt_firsts(alts, first, &any);
-	for (int i = 0; i < 8; i++)
-		any |= first[i] & pg->first[i];
-	return any;
+	return pg->first[c >> 5] >> (c & 31) & 1;
 }
 
 static bool has_name(const struct prog *pg, const char *alts)
 {
-	if (!may_match(pg, alts))
-		return false;
 	for (int i = 0; i < pg->nnames; i++)
 		if (glob_any(alts, pg->names[i], strlen(pg->names[i]), false))
 			return true;
@@ -152,13 +143,18 @@ static bool has_name(const struct prog *pg, const char *alts)
 
 static bool prog_match(const char *alts, const struct prog *pg)
 {
-	for (const char *a = alts; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL) {
+	for (const char *a = alts, *end;; a = end + 1) {
 		unsigned char c = (unsigned char)a[0];
+		bool slash = false;
+		for (end = a; *end && *end != '|'; end++)
+			slash |= *end == '/';
 		/* most alternatives start with a letter no name starts with */
-		if (c != '*' && c != '?' && c != '[' && c != '/' && !(pg->first[c >> 5] >> (c & 31) & 1))
+		if (c != '*' && c != '?' && c != '[' && c != '/' && !starts_with(pg, c)) {
+			if (!*end)
+				return false;
 			continue;
-		size_t n = strcspn(a, "|");
-		if (memchr(a, '/', n)) {
+		}
+		if (slash) {
 			if (glob_match(a, pg->path, strlen(pg->path), false) ||
 			    glob_match(a, pg->final, strlen(pg->final), false))
 				return true;
@@ -167,8 +163,9 @@ static bool prog_match(const char *alts, const struct prog *pg)
 				if (glob_match(a, pg->names[i], pg->lens[i], false))
 					return true;
 		}
+		if (!*end)
+			return false;
 	}
-	return false;
 }
 
 /* --- flags and operands --------------------------------------------------------- */
@@ -205,12 +202,8 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 	const struct pol_etok *t = POL_TAB(pol, PT_TOKEN, struct pol_etok) + r->tok;
 	int next = 0;           /* the operand cursor */
 	bool dashdash = false;
-	uint32_t may = r->anyfirst;
 
-	/* the compiled filter first: most rules are for other programs */
-	for (int i = 0; i < 8; i++)
-		may |= r->first[i] & pg->first[i];
-	if (!may || !prog_match(pol_str(pol, r->prog), pg))
+	if (!prog_match(pol_str(pol, r->prog), pg))
 		return false;
 	for (uint32_t k = 0; k < r->ntok; k++) {
 		const char *pat = pol_str(pol, t[k].pat);
@@ -251,9 +244,14 @@ static const struct pol_erule *first_rule(const struct policy *pol, int table, c
 {
 	const struct pol_erule *r = POL_TAB(pol, table, struct pol_erule);
 
-	for (uint32_t i = 0; i < pol->b->tab[table].n; i++)
-		if (rule_match(pol, &r[i], pg, argv + 1, argc - 1))
+	for (uint32_t i = 0; i < pol->b->tab[table].n; i++) {
+		/* the compiled filter first: most rules are for other programs */
+		uint32_t may = r[i].anyfirst;
+		for (int k = 0; k < 8; k++)
+			may |= r[i].first[k] & pg->first[k];
+		if (may && rule_match(pol, &r[i], pg, argv + 1, argc - 1))
 			return &r[i];
+	}
 	return NULL;
 }
 
@@ -261,8 +259,16 @@ static const struct pol_erule *first_rule(const struct policy *pol, int table, c
 
 enum { W_ASSIGN = 1, W_DIGITS = 2, W_SPLIT = 4, W_APPLET = 8 };
 
+/* The first bytes of the wrappers' names and of the shells' (every
+ * alternative of a wrapper's names starts with the byte its first one does):
+ * most programs start with none of them. All are lower-case letters. */
+#define LC(c) (1u << ((c) - 0x60))
+#define WRAPPER_FIRSTS (LC('e') | LC('n') | LC('t') | LC('s') | LC('i') | LC('c') | LC('x') | LC('l') | LC('b'))
+#define SHELL_NAMES "sh|bash|dash|zsh|ksh|mksh|ash|rbash|yash|posh|ksh93"
+#define SHELL_FIRSTS (LC('s') | LC('b') | LC('d') | LC('z') | LC('k') | LC('m') | LC('a') | LC('r') | LC('y') | LC('p'))
+
 struct wrapper {
-	const char *names;      /* globs on the program's names */
+	const char *names;      /* globs on the program's names, all starting with one byte */
 	const char *argopts;    /* short options that take a value */
 	const char *longargs;   /* "|name|": long options that take a value */
 	const char *nocmd;      /* short options after which no program follows */
@@ -360,8 +366,13 @@ static int unwrap_with(const struct wrapper *w, char *const argv[], int argc, co
 
 static const struct wrapper *find_wrapper(const struct prog *pg, const char *argv0)
 {
+	if (!(pg->first[3] & WRAPPER_FIRSTS))
+		return NULL;
 	for (size_t i = 0; i < sizeof(wrappers) / sizeof(wrappers[0]); i++) {
 		const struct wrapper *w = &wrappers[i];
+		/* (argv[0]'s name is one of PG's) */
+		if (!starts_with(pg, (unsigned char)w->names[0]))
+			continue;
 		/* busybox runs the applet its argv[0] names: only "busybox APPLET" wraps */
 		if (w->flags & W_APPLET ? glob_any(w->names, pol_base(argv0), strlen(pol_base(argv0)), false) :
 		    has_name(pg, w->names))
@@ -400,7 +411,7 @@ int pol_unwrap(char *const argv[], int argc, const char **split)
 
 static bool is_shell(const struct prog *pg)
 {
-	return has_name(pg, "sh|bash|dash|zsh|ksh|mksh|ash|rbash|yash|posh|ksh93");
+	return (pg->first[3] & SHELL_FIRSTS) && has_name(pg, SHELL_NAMES);
 }
 
 /* The string of "sh [OPTIONS] -c STRING ...", or NULL. */

@@ -793,7 +793,11 @@ static void test_exec_rule_filters(void **state)
 	assert_int_equal(EXEC(pol, "\xc3\xb1" "fmt"), PV_DENY);
 	/* the names as run through wrappers and shells */
 	assert_int_equal(EXEC(pol, "env", "-i", "nice", "rustfmt"), PV_DENY);
-	assert_int_equal(EXEC(pol, "dash", "-c", "ping -c 1 host"), PV_DENY);
+	static const char *const shells[] = { "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "rbash", "yash",
+					      "posh", "ksh93", "/usr/bin/bash" };
+	for (size_t i = 0; i < sizeof(shells) / sizeof(shells[0]); i++)
+		assert_int_equal(EXEC(pol, shells[i], "-c", "ping -c 1 host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "fish", "-c", "ping -c 1 host"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "env", "true"), PV_ALLOW);
 	assert_true(policy_rewind_exempt(pol, (char *const[]){ "unittest", NULL }));
 	assert_true(policy_rewind_exempt(pol, (char *const[]){ "timeout", "9", "prove", NULL }));
