@@ -332,10 +332,9 @@ HIDDEN bool guard_rewind_counts(int status, char *const argv[])
 		return false;
 	if (!on && env && !strcmp(env, "rewind"))
 		on = PR_NONZERO | PR_SIGNAL;
-
-	if (argv && mode != PM_OFF && policy_rewind_exempt(pol, argv))
+	if (WIFSIGNALED(status) ? !(on & PR_SIGNAL) : !(WIFEXITED(status) && WEXITSTATUS(status) && (on & PR_NONZERO)))
 		return false;
-	if (WIFSIGNALED(status))
-		return on & PR_SIGNAL;
-	return WIFEXITED(status) && WEXITSTATUS(status) && (on & PR_NONZERO);
+	/* a failure that counts: unless the command is excepted (asked
+	 * only now: it resolves the program, a readlink or more) */
+	return !argv || mode == PM_OFF || !policy_rewind_exempt(pol, argv);
 }
