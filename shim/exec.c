@@ -21,15 +21,17 @@ extern char **environ;
 
 #define STICKY_MAX 24
 static char sticky_buf[16384];
-static char *sticky[STICKY_MAX];        /* "NAME=VALUE" */
+static char *sticky[STICKY_MAX];        /* "NAME=VALUE"; LD_PRELOAD first */
+static unsigned char sticky_name[STICKY_MAX];   /* the length of "NAME=" */
 static size_t nsticky;
 
 static void add_sticky(const char *s, size_t *used)
 {
-	size_t n = strlen(s) + 1;
+	size_t n = strlen(s) + 1, k = strcspn(s, "=") + 1;
 
-	if (nsticky == STICKY_MAX || *used + n > sizeof(sticky_buf))
+	if (nsticky == STICKY_MAX || *used + n > sizeof(sticky_buf) || k > 255)
 		return;
+	sticky_name[nsticky] = (unsigned char)k;
 	sticky[nsticky++] = memcpy(sticky_buf + *used, s, n);
 	*used += n;
 }
@@ -88,52 +90,66 @@ static __thread long spawn_txn = -1;
 
 static void set_txn_var(void)
 {
-	snprintf(txn_var, sizeof(txn_var), "FTSBX_TXN=%u",
-		 spawn_txn >= 0 ? (uint32_t)spawn_txn : txn_exec_txn());
+	uint32_t t = spawn_txn >= 0 ? (uint32_t)spawn_txn : txn_exec_txn();
+	char digits[10];
+	size_t n = 0;
+
+	do
+		digits[n++] = (char)('0' + t % 10);
+	while ((t /= 10));
+	memcpy(txn_var, "FTSBX_TXN=", 10);
+	for (size_t i = 0; i < n; i++)
+		txn_var[10 + i] = digits[n - 1 - i];
+	txn_var[10 + n] = 0;
 }
 
-static bool txn_var_ok(char *const *envp)
+static bool is_var(const char *e, const char *name, size_t n)
 {
-	for (char *const *e = envp; e && *e; e++)
-		if (!strncmp(*e, "FTSBX_TXN=", 10))
-			return !strcmp(*e, txn_var);
-	return false;
+	return e[0] == name[0] && !strncmp(e, name, n);
 }
 
 /* The envp to pass on: ENVP with every sticky variable that it lacks, and
- * LD_PRELOAD pointing at this library. BUF holds CAP pointers. */
+ * LD_PRELOAD pointing at this library. BUF holds CAP pointers. One pass
+ * over ENVP finds what it has: most of an exec's cost is here when the
+ * environment is large. */
 HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
 {
+	bool have[STICKY_MAX] = { false }, txn_seen = false, ok = false;
+	const char *pre = NULL;
 	size_t n = 0, k = 0;
-	bool ok;
 
 	set_txn_var();
-	ok = txn_var_ok(envp);
-	for (size_t i = 0; i < nsticky && ok; i++) {
-		if (!strncmp(sticky[i], "LD_PRELOAD=", 11)) {
-			const char *v = NULL;
-			for (char *const *e = envp; e && *e; e++)
-				if (!strncmp(*e, "LD_PRELOAD=", 11))
-					v = *e + 11;
-			ok = v && lists_self(v);
-		} else {
-			ok = has_var(envp, sticky[i]);
+	for (char *const *e = envp; e && *e; e++, n++) {
+		const char *v = *e;
+		if (v[0] == 'L') {
+			if (!strncmp(v, "LD_PRELOAD=", 11))
+				pre = v + 11;   /* the last one counts */
+		} else if (v[0] == 'F' && !strncmp(v, "FTSBX_", 6)) {
+			if (!txn_seen && !strncmp(v + 6, "TXN=", 4)) {
+				txn_seen = true;
+				ok = !strcmp(v, txn_var);
+			}
+			for (size_t i = 1; i < nsticky; i++)
+				if (!have[i] && !strncmp(v, sticky[i], sticky_name[i]))
+					have[i] = true;
 		}
 	}
+	ok = ok && (!nsticky || (pre && lists_self(pre)));
+	for (size_t i = 1; i < nsticky && ok; i++)
+		ok = have[i];
 	if (ok)
 		return (char **)envp;
-	for (char *const *e = envp; e && *e; e++)
-		n++;
 	if (n + nsticky + 1 > cap)
 		return (char **)envp;   /* caller's buffer too small: see exec_env */
 	for (char *const *e = envp; e && *e; e++) {
-		if (!strncmp(*e, "LD_PRELOAD=", 11) || !strncmp(*e, "FTSBX_TXN=", 10))
+		if (is_var(*e, "LD_PRELOAD=", 11) || is_var(*e, "FTSBX_TXN=", 10))
 			continue;       /* ours come below */
 		buf[k++] = *e;
 	}
-	for (size_t i = 0; i < nsticky; i++)
-		if (!strncmp(sticky[i], "LD_PRELOAD=", 11) ||
-		    (strncmp(sticky[i], "FTSBX_TXN=", 10) && !has_var(envp, sticky[i])))
+	if (nsticky)
+		buf[k++] = sticky[0];   /* LD_PRELOAD */
+	for (size_t i = 1; i < nsticky; i++)
+		if (!have[i] && strncmp(sticky[i], "FTSBX_TXN=", 10))
 			buf[k++] = sticky[i];
 	buf[k++] = txn_var;
 	buf[k] = NULL;

@@ -53,8 +53,9 @@ HIDDEN char *shim_getenv(const char *name)
 {
 	size_t n = strlen(name);
 
+	/* the first byte before the call: most variables differ there */
 	for (char **e = environ; e && *e; e++)
-		if (!strncmp(*e, name, n) && (*e)[n] == '=')
+		if ((*e)[0] == name[0] && !strncmp(*e, name, n) && (*e)[n] == '=')
 			return *e + n + 1;
 	return NULL;
 }

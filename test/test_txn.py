@@ -780,3 +780,69 @@ def test_a_java_agent_loop_records_the_commands_behind_jspawnhelper(tmp_path):
     out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# --- the environment a tool call gets: its own FTSBX_TXN, the shim's variables back ---
+
+ENV_AGENT = textwrap.dedent("""
+    import os, subprocess, sys
+    out = []
+    variants = {
+        "inherited": dict(os.environ),
+        "empty": {},
+        "foreign": {"LD_PRELOAD": "libc.so.6", "FTSBX_TXN": "999", "X": "1"},
+        "stale_txn": dict(os.environ, FTSBX_TXN="12345", Y="2"),
+        "no_journal": {k: v for k, v in os.environ.items() if k != "FTSBX_JOURNAL"},
+    }
+    for name, env in variants.items():
+        for how in ("spawn", "vfork", "fork"):
+            argv = ["/usr/bin/env", "-0"]
+            if how == "spawn":
+                r, w = os.pipe()
+                fa = [(os.POSIX_SPAWN_DUP2, w, 1)]
+                pid = os.posix_spawn(argv[0], argv, env, file_actions=fa)
+                os.close(w)
+                data = b""
+                while chunk := os.read(r, 65536):
+                    data += chunk
+                os.close(r)
+                os.waitpid(pid, 0)
+            elif how == "vfork":
+                data = subprocess.run(argv, env=env, stdout=subprocess.PIPE, check=True).stdout
+            else:
+                subprocess._USE_VFORK = False
+                data = subprocess.run(argv, env=env, stdout=subprocess.PIPE, check=True).stdout
+                subprocess._USE_VFORK = True
+            out.append((name, how, [v.decode() for v in data.split(b"\\0") if v]))
+    print(repr(out))
+""")
+
+
+def test_each_tool_call_gets_its_own_txn_and_the_shims_variables_back_in_any_environment(tmp_path):
+    ws = setup_ws(tmp_path)
+    agent = tmp_path / "env_agent.py"
+    agent.write_text(ENV_AGENT)
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
+        env.pop(k, None)
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = eval(r.stdout.strip().splitlines()[-1])
+    txns = []
+    for name, how, lines in out:
+        names = [line.split("=", 1)[0] for line in lines]
+        assert names.count("LD_PRELOAD") == 1 and names.count("FTSBX_TXN") == 1, (name, how, lines)
+        got = dict(line.split("=", 1) for line in lines)
+        assert SHIM in got["LD_PRELOAD"].replace(":", " ").split(), (name, how, got)
+        assert got["FTSBX_JOURNAL"] == str(tmp_path / "j"), (name, how, got)
+        assert "FTSBX_ROOT" in got, (name, how, got)
+        txns.append(int(got["FTSBX_TXN"]))
+        if name == "foreign":
+            assert got["X"] == "1" and "libc.so.6" not in got["LD_PRELOAD"], got
+        if name == "stale_txn":
+            assert got["Y"] == "2", got
+    assert len(set(txns)) == len(txns) and 0 not in txns, txns
+    # each is the transaction the journal gives that tool call
+    rows = [row for row in txn_rows(tmp_path) if row["argv"][:1] == ["/usr/bin/env"]]
+    assert sorted(row["txn"] for row in rows) == sorted(txns), (rows, txns)
