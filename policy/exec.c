@@ -26,6 +26,8 @@ struct prog {
 	size_t lens[4];
 	int nnames;
 	uint32_t first[8];      /* the first bytes of the names, a bitmap (bit C of first[C / 32]) */
+	unsigned char fb[4];    /* the same, each once */
+	int nfb;
 	char path[PATH_MAX];    /* as resolved through PATH ("" if not found) */
 	char final[PATH_MAX];   /* after following symlinks */
 };
@@ -104,13 +106,16 @@ static void add_name(struct prog *pg, const char *p)
 	if (*b && pg->nnames < 4) {
 		pg->lens[pg->nnames] = strlen(b);
 		pg->names[pg->nnames++] = b;
-		pg->first[(unsigned char)*b >> 5] |= 1u << ((unsigned char)*b & 31);
+		unsigned char c = (unsigned char)*b;
+		if (!(pg->first[c >> 5] >> (c & 31) & 1))
+			pg->fb[pg->nfb++] = c;
+		pg->first[c >> 5] |= 1u << (c & 31);
 	}
 }
 
 static void resolve(struct prog *pg, const char *file, const char *argv0, const char *path_value)
 {
-	pg->nnames = 0;
+	pg->nnames = pg->nfb = 0;
 	memset(pg->first, 0, sizeof(pg->first));
 	if (!file)
 		file = argv0;
@@ -145,16 +150,14 @@ static bool prog_match(const char *alts, const struct prog *pg)
 {
 	for (const char *a = alts, *end;; a = end + 1) {
 		unsigned char c = (unsigned char)a[0];
-		bool slash = false;
-		for (end = a; *end && *end != '|'; end++)
-			slash |= *end == '/';
+		end = strchrnul(a, '|');
 		/* most alternatives start with a letter no name starts with */
 		if (c != '*' && c != '?' && c != '[' && c != '/' && !starts_with(pg, c)) {
 			if (!*end)
 				return false;
 			continue;
 		}
-		if (slash) {
+		if (memchr(a, '/', (size_t)(end - a))) {
 			if (glob_match(a, pg->path, strlen(pg->path), false) ||
 			    glob_match(a, pg->final, strlen(pg->final), false))
 				return true;
@@ -242,15 +245,24 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 static const struct pol_erule *first_rule(const struct policy *pol, int table, const struct prog *pg,
 					  char *const argv[], int argc)
 {
-	const struct pol_erule *r = POL_TAB(pol, table, struct pol_erule);
+	const struct pol_erule *r = POL_TAB(pol, table, struct pol_erule), *end = r + pol->b->tab[table].n;
+	unsigned c = pg->nfb ? pg->fb[0] : 0;   /* no alternative starts with byte 0 */
 
-	for (uint32_t i = 0; i < pol->b->tab[table].n; i++) {
-		/* the compiled filter first: most rules are for other programs */
-		uint32_t may = r[i].anyfirst;
-		for (int k = 0; k < 8; k++)
-			may |= r[i].first[k] & pg->first[k];
-		if (may && rule_match(pol, &r[i], pg, argv + 1, argc - 1))
-			return &r[i];
+	/* the compiled filter first: most rules are for other programs (a
+	 * bit test for each byte the names start with, usually one) */
+	if (pg->nfb <= 1) {
+		for (; r < end; r++)
+			if (((r->first[c >> 5] >> (c & 31) | r->anyfirst) & 1) &&
+			    rule_match(pol, r, pg, argv + 1, argc - 1))
+				return r;
+		return NULL;
+	}
+	for (; r < end; r++) {
+		uint32_t may = r->anyfirst;
+		for (int k = 0; k < pg->nfb; k++)
+			may |= r->first[pg->fb[k] >> 5] >> (pg->fb[k] & 31);
+		if ((may & 1) && rule_match(pol, r, pg, argv + 1, argc - 1))
+			return r;
 	}
 	return NULL;
 }
@@ -393,7 +405,7 @@ int pol_unwrap(char *const argv[], int argc, const char **split)
 		const struct wrapper *w;
 		int idx;
 
-		pg.nnames = 0;
+		pg.nnames = pg.nfb = 0;
 		memset(pg.first, 0, sizeof(pg.first));
 		add_name(&pg, argv[at]);
 		w = find_wrapper(&pg, argv[at]);

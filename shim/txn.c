@@ -247,7 +247,7 @@ static const char *env_value(char *const envp[], const char *name)
 	size_t n = strlen(name);
 
 	for (char *const *e = envp; e && *e; e++)
-		if (!strncmp(*e, name, n) && (*e)[n] == '=')
+		if ((*e)[0] == name[0] && !strncmp(*e, name, n) && (*e)[n] == '=')
 			return *e + n + 1;
 	return NULL;
 }
@@ -359,6 +359,9 @@ static uint32_t tool_call_key(void)
 	return key;
 }
 
+#define NOT_TOOL_CALLS "*from multiprocessing.* import *:*multiprocessing.resource_tracker*:" \
+		       "*multiprocessing.forkserver*"
+
 static bool not_a_tool_call(char *const argv[])
 {
 	const char *pats = shim_getenv("FTSBX_NOT_TOOL_CALLS");
@@ -367,6 +370,16 @@ static bool not_a_tool_call(char *const argv[])
 
 	if (!argv)
 		return false;
+	if (!pats) {
+		/* every default pattern needs "multiprocessing" in one word
+		 * (the line only puts spaces between them) */
+		char *const *a = argv;
+		while (*a && !strstr(*a, "multiprocessing"))
+			a++;
+		if (!*a)
+			return false;
+		pats = NOT_TOOL_CALLS;
+	}
 	for (char *const *a = argv; *a && n + 1 < sizeof(line); a++) {
 		size_t l = strlen(*a);
 		if (n + l + 2 > sizeof(line))
@@ -377,9 +390,6 @@ static bool not_a_tool_call(char *const argv[])
 		n += l;
 	}
 	line[n] = 0;
-	if (!pats)
-		pats = "*from multiprocessing.* import *:*multiprocessing.resource_tracker*:"
-		       "*multiprocessing.forkserver*";
 	for (const char *p = pats; *p;) {
 		char pat[512];
 		size_t l = strcspn(p, ":");
