@@ -318,7 +318,7 @@ static int emit(struct jseg *g, uint32_t txn, const struct rec *r, uint64_t seq)
 
 /* ---- pre-image bytes ----------------------------------------------------------- */
 
-/* The bytes of a regular file: inline (F_DATA) or in objects/SEQ.gz (F_OBJECT). */
+/* The bytes of a regular file: inline (F_DATA) or in objects/D/SEQ.gz (F_OBJECT). */
 struct pre {
 	struct jdata d;
 	uint8_t *map;
@@ -338,31 +338,56 @@ static void pre_field(struct rec *r, const struct pre *p)
 	r->n2 = p->n;
 }
 
-/* "SEQ.EXT" (EXT: "gz" or "ino"), by hand: snprintf costs more than the
- * rest of an unlink's user-space work. */
-static void object_name(char name[32], uint64_t seq, const char *ext)
+/* A call that makes the object NAME (relative to objects/) failed with
+ * ENOENT: make its directory, the first DIRLEN bytes of NAME (format.h),
+ * made lazily so that a session that removes nothing makes none. Another
+ * process may make it first (EEXIST). 0: call again; else -errno, never
+ * -ENOENT for a directory that could not be made (the shim would take that
+ * for the program's own call failing, and let it through unjournaled). */
+static int object_dir(struct jsession *s, char *name, size_t dirlen)
 {
-	char digits[20];
-	size_t n = 0, e = strlen(ext);
+	int err;
 
-	do
-		digits[n++] = (char)('0' + seq % 10);
-	while ((seq /= 10) != 0);
-	for (size_t i = 0; i < n; i++)
-		name[i] = digits[n - 1 - i];
-	name[n] = '.';
-	memcpy(name + n + 1, ext, e + 1);
+	if (!dirlen)
+		return -ENOENT;         /* the flat layout: objects/ itself */
+	name[dirlen - 1] = 0;
+	err = mkdirat(s->objfd, name, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+	name[dirlen - 1] = '/';
+	if (err == -ENOENT)
+		err = -ESTALE;          /* objects/ itself is gone */
+	/* a durable session makes the directory's name durable too (even one
+	 * another process made: it may not have synced it yet) */
+	if (!err && (s->flags & JS_DURABLE) && fsync(s->objfd) < 0)
+		err = -errno;
+	return err;
+}
+
+/* fsync the directory that holds the object NAME (a durable session). */
+static int sync_object_dir(struct jsession *s, char *name, size_t dirlen)
+{
+	int fd, err = 0;
+
+	if (!dirlen)
+		return fsync(s->objfd) < 0 ? -errno : 0;
+	name[dirlen - 1] = 0;
+	fd = openat(s->objfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	name[dirlen - 1] = '/';
+	if (fd < 0 || fsync(fd) < 0)
+		err = -errno;
+	if (fd >= 0)
+		close(fd);
+	return err;
 }
 
 /* Forget P; DROP also removes its object (its record was not written). */
 static void pre_free(struct jsession *s, struct pre *p, bool drop)
 {
-	char name[32];
+	char name[JOBJ_NAME_MAX];
 
 	unscratch(p->map, p->maplen);
 	p->map = NULL;
 	if (drop && p->object) {
-		object_name(name, p->seq, "gz");
+		jobject_name(name, s->features, p->seq, "gz");
 		unlinkat(s->objfd, name, 0);
 	}
 }
@@ -469,21 +494,29 @@ static int gz_stream(int in, int out, uint8_t *buf, struct jdata *d)
 
 static int pre_object(struct jsession *s, int fd, struct pre *p)
 {
-	char name[32];
+	const int fl = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+	char name[JOBJ_NAME_MAX];
+	size_t dirlen;
 	int out, err;
 
 	p->maplen = 2 * CHUNK;
 	p->map = scratch(p->maplen);
 	if (!p->map)
 		return -ENOMEM;
-	object_name(name, p->seq, "gz");
-	out = openat(s->objfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	dirlen = jobject_name(name, s->features, p->seq, "gz");
+	out = openat(s->objfd, name, fl, 0600);
+	if (out < 0 && errno == ENOENT) {
+		err = object_dir(s, name, dirlen);
+		if (err)
+			return err;
+		out = openat(s->objfd, name, fl, 0600);
+	}
 	if (out < 0)
 		return -errno;
 	p->object = true;
 	err = gz_stream(fd, out, p->map, &p->d);
-	if (!err && (s->flags & JS_DURABLE) && (fsync(out) < 0 || fsync(s->objfd) < 0))
-		err = -errno;
+	if (!err && (s->flags & JS_DURABLE))
+		err = fsync(out) < 0 ? -errno : sync_object_dir(s, name, dirlen);
 	close(out);
 	return err;
 }
@@ -647,7 +680,7 @@ struct at {
 	const char *name;
 };
 
-/* A regular file about to go: keep its inode as objects/SEQ.ino (a hard
+/* A regular file about to go: keep its inode as objects/D/SEQ.ino (a hard
  * link: no bytes copied, and the record is written only once the link is
  * there), or a copy of its bytes when it cannot be linked there (another
  * filesystem, a file the caller may not link). The program's own call then
@@ -657,23 +690,27 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 	struct jsession *s = g->s;
 	uint64_t seq = jsession_next_seq(s), ino[2] = { r->st->st_dev, r->st->st_ino };
 	struct stat st;
-	char name[32];
+	char name[JOBJ_NAME_MAX];
+	size_t dirlen = jobject_name(name, s->features, seq, "ino");
 	int fd, err;
 
-	object_name(name, seq, "ino");
-	if (linkat(at->fd, at->name, s->objfd, name, 0) == 0) {
+	err = linkat(at->fd, at->name, s->objfd, name, 0) == 0 ? 0 : -errno;
+	if (err == -ENOENT && dirlen && (err = object_dir(s, name, dirlen)) == 0)
+		err = linkat(at->fd, at->name, s->objfd, name, 0) == 0 ? 0 : -errno;
+	if (!err) {
 		r->tag = F_INODE;
 		r->p1 = ino;
 		r->n1 = sizeof(ino);
-		err = (s->flags & JS_DURABLE) && fsync(s->objfd) < 0 ? -errno : 0;
+		if (s->flags & JS_DURABLE)
+			err = sync_object_dir(s, name, dirlen);
 		if (!err)
 			err = emit(g, txn, r, seq);
 		if (err)
 			unlinkat(s->objfd, name, 0);
 		return err;
 	}
-	if (errno != EXDEV && errno != EPERM && errno != EMLINK)
-		return -errno;
+	if (err != -EXDEV && err != -EPERM && err != -EMLINK)
+		return err;
 	fd = open_pre(r->path, &st);
 	if (fd < 0)
 		return fd;

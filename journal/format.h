@@ -25,15 +25,26 @@
  *                        marks when the filesystem is full
  *     locks              1024 robust process-shared mutexes (locks.c): a
  *                        writer holds its paths' locks from capture to change
- *     objects/S.gz       a large pre-image, gzip framed (zcat reads it)
- *     objects/S.ino      a preserved inode: a hard link to a removed file
+ *     objects/D/S.gz     a large pre-image, gzip framed (zcat reads it)
+ *     objects/D/S.ino    a preserved inode: a hard link to a removed file
+ *
+ * Objects are named by the seq S of the record that refers to them, in the
+ * subdirectory D = S / 100 (S without its last two decimal digits: 1571.ino
+ * is in objects/15/), made by the first writer that needs it (mkdir on
+ * ENOENT; EEXIST is another writer's). No directory holds more than 100
+ * objects however many files a session removes: ext4 searches a directory
+ * block entry by entry at every link (for the name, then for room), and
+ * one block of at most 100 entries costs half what the full hashed blocks
+ * of a directory of ten thousand do. A session without JI_OBJDIRS (below)
+ * keeps its objects flat: objects/S.gz, objects/S.ino.
  *
  * Every file (session and segments) opens with a 32-byte file header:
  *
  *     0  magic    "FTSBXJNL"
  *     8  u16      version      (J_VERSION; a reader refuses any other)
  *    10  u16      kind         (J_KIND_SESSION or J_KIND_SEGMENT)
- *    12  u32      incompat     feature bits a reader must know (none yet)
+ *    12  u32      incompat     feature bits a reader must know (JI_*): one
+ *                              it does not know refuses the file
  *    16  u8[12]   salt         the session's random salt (copied into segments)
  *    28  u32      crc32c       of bytes 0..27
  *
@@ -77,10 +88,15 @@
  * every intact record before it. Records are never rewritten in place.
  *
  * Versioning. J_VERSION changes only for incompatible layout changes, and a
- * reader refuses other versions. Record types below 128 must be understood
- * (an unknown one is refused: "written by a newer ftsbx"); types 128 and up
- * may be skipped by readers that do not know them. Unknown field tags are
- * skipped.
+ * reader refuses other versions. Smaller incompatible changes are feature
+ * bits (JI_*, as jbd2's incompat features): a reader refuses a file with a
+ * bit it does not know, and reads every combination of those it knows. A
+ * session's features are fixed at its creation (a writer creates sessions
+ * with JI_NEW) and copied into its segments; a writer that opens an older
+ * session writes what that session's features say. Record types below 128
+ * must be understood (an unknown one is refused: "written by a newer
+ * ftsbx"); types 128 and up may be skipped by readers that do not know
+ * them. Unknown field tags are skipped.
  *
  * Undo before do (DESIGN.md invariant 1): the record that undoes a change is
  * written (and fsynced when the session is durable) before the change.
@@ -105,6 +121,13 @@
 #define J_SEQ_FILE_SIZE 4096
 #define J_INLINE_MAX    (256u << 10)    /* pre-images up to this many bytes stay in the record */
 #define J_RESERVE_SIZE  (128u << 10)
+#define J_OBJ_FANOUT    100             /* objects per subdirectory of objects/ (JI_OBJDIRS) */
+
+/* Incompatible features (file header bytes 12..15). Bit 0 stays unused: the
+ * test suite sets it as the feature of a newer ftsbx that must be refused. */
+#define JI_OBJDIRS      0x00000002u     /* objects/D/S.EXT, D = S / J_OBJ_FANOUT (else objects/S.EXT) */
+#define JI_KNOWN        JI_OBJDIRS
+#define JI_NEW          JI_OBJDIRS      /* what a new session gets */
 
 /* Record types. Each lists its fields; [opt] marks optional ones. */
 enum jtype {
@@ -122,7 +145,7 @@ enum jtype {
 	                     Undo: truncate to it, restore metadata. */
 	J_REMOVE    = 13, /* PATH STAT [INODE|DATA|OBJECT|TARGET] [XATTRS]: the path is about
 	                     to be removed or replaced. Regular files keep their inode
-	                     (INODE: objects/S.ino) or a copy (DATA/OBJECT, other
+	                     (INODE: objects/D/S.ino) or a copy (DATA/OBJECT, other
 	                     filesystem); symlinks their TARGET; directories, fifos,
 	                     sockets and devices are recreated from STAT. */
 	J_RENAME    = 14, /* PATH PATH2 STAT FLAGS: PATH is about to be renamed to PATH2
@@ -153,8 +176,8 @@ enum jtag {
 	F_UID    = 7,  /* u32 */
 	F_STAT   = 8,  /* struct jstat */
 	F_DATA   = 9,  /* struct jdata header then the (compressed) bytes */
-	F_OBJECT = 10, /* struct jdata header only: the bytes are in objects/SEQ.gz */
-	F_INODE  = 11, /* u64 dev, u64 ino: the inode kept as objects/SEQ.ino */
+	F_OBJECT = 10, /* struct jdata header only: the bytes are in objects/D/SEQ.gz */
+	F_INODE  = 11, /* u64 dev, u64 ino: the inode kept as objects/D/SEQ.ino */
 	F_TARGET = 12, /* bytes: symlink target */
 	F_XATTRS = 13, /* repeated { u16 namelen, u32 vallen, name, value } */
 	F_FLAGS  = 14, /* u32 */

@@ -31,6 +31,7 @@ struct jsession {
 	uint64_t *ctr;                 /* the seq file, mapped shared */
 	uint8_t salt[J_SALT_LEN];
 	uint32_t seed;                 /* crc32c seed derived from the salt */
+	uint32_t features;             /* JI_* of the session file's header */
 	unsigned flags;                /* JS_* */
 	pthread_mutex_t *locks;        /* the path locks (locks.c), or NULL */
 };
@@ -56,6 +57,12 @@ void jsession_default_dir(char *out, size_t n, const char *xdg_state, const char
  * its entry in the parent directory (creation itself does no fsync; a
  * durable session calls this before its first change). 0 or -errno. */
 int  jsession_sync(struct jsession *s);
+/* The name of the object of SEQ with extension EXT ("ino", "gz") relative
+ * to objects/, in the layout FEATURES say (format.h): "D/SEQ.EXT", or
+ * "SEQ.EXT" without JI_OBJDIRS. Returns the length of its directory part,
+ * slash included (0: none). No snprintf: it is on the path of every unlink. */
+#define JOBJ_NAME_MAX 48
+size_t jobject_name(char out[JOBJ_NAME_MAX], uint32_t features, uint64_t seq, const char *ext);
 /* Free the session's reserved space (for rewind marks on a full disk). */
 int  jsession_release_reserve(struct jsession *s);
 /* Fresh numbers from the shared counters. */
@@ -170,6 +177,7 @@ struct jdamage {
 struct jreader {
 	char *dir;
 	int dirfd;
+	uint32_t features;             /* JI_* of the session */
 	struct jrecord session;        /* the session file's record */
 	struct jrecord *rec;           /* every intact record, sorted by seq */
 	size_t nrec, caprec;
@@ -185,6 +193,11 @@ struct jreader {
 int  jreader_open(struct jreader *r, const char *dir, char *err, size_t errlen);
 void jreader_close(struct jreader *r);
 const struct jrecord *jreader_find(const struct jreader *r, uint64_t seq);
+/* The object of record SEQ with extension EXT, relative to the session
+ * directory (r->dirfd): "objects/D/SEQ.EXT" or, in an older session,
+ * "objects/SEQ.EXT". */
+#define JOBJ_PATH_MAX (JOBJ_NAME_MAX + 8)
+void jreader_object(const struct jreader *r, uint64_t seq, const char *ext, char out[JOBJ_PATH_MAX]);
 /* Field accessors: false when absent or malformed. */
 bool jrec_u32(const struct jrecord *c, enum jtag t, uint32_t *v);
 bool jrec_u64(const struct jrecord *c, enum jtag t, uint64_t *v);

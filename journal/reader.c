@@ -305,6 +305,7 @@ static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint
 	for (size_t i = 0; i < nn; i++) {
 		char rel[300];
 		uint8_t *p, s2[J_SALT_LEN];
+		uint32_t features;
 		size_t n;
 		int err;
 
@@ -315,9 +316,12 @@ static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint
 			continue;
 		}
 		keep_map(r, p, n);
-		err = jfile_header_check(p, n, J_KIND_SEGMENT, s2);
+		err = jfile_header_check(p, n, J_KIND_SEGMENT, s2, &features);
 		if (err == -EPROTONOSUPPORT)
-			damage(r, rel, 0, false, "segment of another format version");
+			damage(r, rel, 0, false, "segment of another format version or with unknown features");
+		else if (!err && features != r->features)
+			damage(r, rel, 0, false, "segment with features %#x in a session with %#x",
+			       (unsigned)features, (unsigned)r->features);
 		else if (err)
 			damage(r, rel, 0, true, n < J_FILE_HDR ? "torn segment header" : "not a segment (bad header)");
 		else if (memcmp(s2, salt, J_SALT_LEN))
@@ -361,12 +365,18 @@ static int open_reader(struct jreader *r, const char *dir, char *err, size_t err
 		return e == -ENOENT ? -EPROTO : e;
 	}
 	keep_map(r, p, n);
-	e = jfile_header_check(p, n, J_KIND_SESSION, salt);
+	e = jfile_header_check(p, n, J_KIND_SESSION, salt, &r->features);
 	if (e == -EPROTONOSUPPORT) {
 		uint16_t v;
+		uint32_t f;
 		memcpy(&v, p + 8, 2);
-		snprintf(err, errlen, "'%s' is journal format version %u; this txreplay reads version %u "
-			 "(written by a newer ftsbx?)", dir, v, J_VERSION);
+		memcpy(&f, p + 12, 4);
+		if (v != J_VERSION)
+			snprintf(err, errlen, "'%s' is journal format version %u; this txreplay reads version %u "
+				 "(written by a newer ftsbx?)", dir, v, J_VERSION);
+		else
+			snprintf(err, errlen, "'%s' uses journal features %#x that this txreplay does not know "
+				 "(written by a newer ftsbx?)", dir, (unsigned)(f & ~JI_KNOWN));
 		return e;
 	}
 	if (e) {
@@ -428,6 +438,12 @@ const struct jrecord *jreader_find(const struct jreader *r, uint64_t seq)
 	if (!r->nrec)
 		return NULL;
 	return bsearch(&key, r->rec, r->nrec, sizeof(*r->rec), cmp_seq);
+}
+
+void jreader_object(const struct jreader *r, uint64_t seq, const char *ext, char out[JOBJ_PATH_MAX])
+{
+	memcpy(out, "objects/", 8);
+	jobject_name(out + 8, r->features, seq, ext);
 }
 
 bool jrec_u32(const struct jrecord *c, enum jtag t, uint32_t *v)
@@ -547,10 +563,10 @@ int jrec_content(const struct jreader *r, const struct jrecord *c, int fd, char 
 		e = inflate_to(&k, &z, d.size, NULL, NULL);
 		inflateEnd(&z);
 	} else if (f == &c->f[F_OBJECT] && d.method == JD_GZIP) {
-		char name[64];
+		char name[JOBJ_PATH_MAX];
 		struct filein *in = xrealloc(NULL, sizeof(*in));
 
-		snprintf(name, sizeof(name), "objects/%llu.gz", (unsigned long long)c->seq);
+		jreader_object(r, c->seq, "gz", name);
 		in->fd = openat(r->dirfd, name, O_RDONLY | O_CLOEXEC);
 		if (in->fd < 0) {
 			e = -errno;

@@ -22,7 +22,8 @@ uint32_t jseed(const uint8_t salt[J_SALT_LEN])
 	return jcrc32c(0x46545342u, salt, J_SALT_LEN);
 }
 
-int jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[J_SALT_LEN])
+int jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[J_SALT_LEN],
+		       uint32_t *features)
 {
 	uint16_t version, k;
 	uint32_t crc, incompat;
@@ -41,12 +42,40 @@ int jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[J
 		return -EPROTO;
 	memcpy(&k, h + 10, 2);
 	memcpy(&incompat, h + 12, 4);
-	if (incompat)
+	if (incompat & ~JI_KNOWN)
 		return -EPROTONOSUPPORT;
 	if (k != kind)
 		return -EPROTO;
 	memcpy(salt, h + 16, J_SALT_LEN);
+	*features = incompat;
 	return 0;
+}
+
+static size_t put_decimal(char *out, uint64_t v)
+{
+	char digits[20];
+	size_t n = 0;
+
+	do
+		digits[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	for (size_t i = 0; i < n; i++)
+		out[i] = digits[n - 1 - i];
+	return n;
+}
+
+size_t jobject_name(char out[JOBJ_NAME_MAX], uint32_t features, uint64_t seq, const char *ext)
+{
+	size_t dir = 0, n, e = strlen(ext);
+
+	if (features & JI_OBJDIRS) {
+		dir = put_decimal(out, seq / J_OBJ_FANOUT);
+		out[dir++] = '/';
+	}
+	n = dir + put_decimal(out + dir, seq);
+	out[n++] = '.';
+	memcpy(out + n, ext, e + 1);    /* "ino" or "gz": JOBJ_NAME_MAX holds 20 + 1 + 20 + 1 + 4 */
+	return dir;
 }
 
 /* mkdir -p for the parent of a session directory. */
@@ -192,7 +221,7 @@ static int create_session(const char *dir, const struct jsession_info *info)
 	memset(&s, 0, sizeof(s));
 	memcpy(s.salt, salt, sizeof(salt));
 	s.seed = jseed(salt);
-	jfile_header(hdr, salt, J_KIND_SESSION);
+	jfile_header(hdr, salt, J_KIND_SESSION, JI_NEW);
 	jchain_start(link, salt, hdr);
 	jb_init(&b, buf + J_FILE_HDR, sizeof(buf) - J_FILE_HDR, J_SESSION, 0, 0);
 	jb_u32(&b, F_PID, (uint32_t)getpid());
@@ -240,7 +269,7 @@ static int read_session_header(struct jsession *s)
 	close(fd);
 	if (err)
 		return err;
-	err = jfile_header_check(h, (size_t)n, J_KIND_SESSION, s->salt);
+	err = jfile_header_check(h, (size_t)n, J_KIND_SESSION, s->salt, &s->features);
 	if (!err)
 		s->seed = jseed(s->salt);
 	return err;

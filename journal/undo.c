@@ -499,18 +499,13 @@ static bool is_preimage(struct undo *u, const struct stat *cur)
 	}
 }
 
-static void object_name(char *name, size_t n, const struct jrecord *c)
-{
-	snprintf(name, n, "objects/%llu.ino", (unsigned long long)c->seq);
-}
-
 /* Bring the preserved inode back: link it from objects/ to PATH, then drop
  * the object (a crash in between is caught by the "already" branch). */
 static int relink_inode(struct undo *u)
 {
-	char obj[64];
+	char obj[JOBJ_PATH_MAX];
 
-	object_name(obj, sizeof(obj), u->c);
+	jreader_object(u->r, u->c->seq, "ino", obj);
 	if (linkat(u->r->dirfd, obj, AT_FDCWD, u->path, 0) < 0) {
 		if (errno == ENOENT)
 			return failf(u, -ENOENT, "cannot restore '%s': its preserved inode %s is missing",
@@ -565,7 +560,7 @@ static int recreate(struct undo *u)
 static int undo_remove(struct undo *u)
 {
 	struct stat cur;
-	char obj[64];
+	char obj[JOBJ_PATH_MAX];
 	int err;
 
 	if (lstat(u->path, &cur) < 0) {
@@ -580,7 +575,7 @@ static int undo_remove(struct undo *u)
 	err = restore_meta(u, u->path, &u->st, META_ALL);
 	if (err)
 		return err;
-	object_name(obj, sizeof(obj), u->c);
+	jreader_object(u->r, u->c->seq, "ino", obj);
 	if (unlinkat(u->r->dirfd, obj, 0) == 0)
 		u->changed = true;
 	return !u->changed;

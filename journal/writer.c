@@ -123,12 +123,13 @@ int jframe(const struct jsession *s, uint8_t link[J_LINK_LEN], struct jbuild *b,
 	return 0;
 }
 
-void jfile_header(uint8_t h[J_FILE_HDR], const uint8_t salt[J_SALT_LEN], unsigned kind)
+void jfile_header(uint8_t h[J_FILE_HDR], const uint8_t salt[J_SALT_LEN], unsigned kind, uint32_t features)
 {
 	memset(h, 0, J_FILE_HDR);
 	memcpy(h, J_MAGIC, 8);
 	put16(h + 8, J_VERSION);
 	put16(h + 10, (uint16_t)kind);
+	put32(h + 12, features);
 	memcpy(h + 16, salt, J_SALT_LEN);
 	put32(h + 28, jcrc32c(0, h, 28));
 }
@@ -194,7 +195,7 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	if (fd < 0)
 		return -errno;
 	fd = jfd_high(fd);
-	jfile_header(hdr, s->salt, J_KIND_SEGMENT);
+	jfile_header(hdr, s->salt, J_KIND_SEGMENT, s->features);
 	jchain_start(g->link, s->salt, hdr);
 	jb_init(&b, buf, sizeof(buf), J_SEGMENT, 0, 0);
 	jb_u32(&b, F_PID, (uint32_t)g->pid);

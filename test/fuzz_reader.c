@@ -29,7 +29,7 @@ static void init(void)
 	strcat(dir, "/s");
 	if (jsession_open(&s, dir, &info))
 		abort();
-	jfile_header(hdr, s.salt, J_KIND_SEGMENT);
+	jfile_header(hdr, s.salt, J_KIND_SEGMENT, s.features);
 	jsession_close(&s);
 	snprintf(seg, sizeof(seg), "%s/log/1-1.ftj", dir);
 }

@@ -237,20 +237,23 @@ def test_intact_journal_verifies(damage_base):
 
 @pytest.fixture
 def with_object(scratch):
-    """A transaction that rewrote a 300 KiB file: its pre-image is objects/S.gz."""
+    """A transaction that rewrote a 300 KiB file: its pre-image is
+    objects/D/S.gz (s.obj: D/S.gz)."""
     s = scratch
     with open(s.p("big"), "wb") as f:
         f.write(os.urandom(300 << 10))
     s.before = s.snap()
     s.txn(["write", "big", "100", "patched"])
     s.after = s.snap()
-    (s.obj,) = [n for n in os.listdir(os.path.join(s.sess, b"objects")) if n.endswith(b".gz")]
+    top = os.path.join(s.sess, b"objects")
+    (s.obj,) = [os.path.join(d, n) for d in os.listdir(top) for n in os.listdir(os.path.join(top, d))
+                if n.endswith(b".gz")]
     return s
 
 
 def names_object(out, obj):
-    """Does OUT name the object OBJ (objects/S.gz), or the record seq S?"""
-    seq = obj.split(b".")[0]
+    """Does OUT name the object OBJ (objects/D/S.gz), or the record seq S?"""
+    seq = os.path.basename(obj).split(b".")[0]
     return b"objects/" + obj in out or re.search(rb"\bseq %s\b" % seq, out)
 
 

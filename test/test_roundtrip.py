@@ -1,13 +1,16 @@
 """What jdrive writes, txreplay reads back: every record type comes back in
 `log --json` with its fields, `list` shows the transactions, and `show
 --content` gives a pre-image back byte for byte."""
+import hashlib
 import json
 import os
+import struct
 import time
 
 import pytest
 
-from conftest import fsb, log_records, segments
+from conftest import (FILE_HDR, assert_same, frame_crc, frames, fsb, header_with, log_records, salt_of,
+                      segments)
 
 
 def records(recs, op, path=None):
@@ -178,10 +181,11 @@ def test_show_content_gives_the_pre_image_back(populated, rel):
 
 
 def test_large_pre_image_is_stored_in_objects(populated):
+    """objects/D/S.gz, D = S // 100 (journal/format.h)."""
     s = populated
     s.txn(["write", "big.bin", "0", "x"])
     seq = pre_image_seq(s, "content", "big.bin")
-    assert os.path.exists(os.path.join(s.sess, b"objects", b"%d.gz" % seq))
+    assert os.path.exists(os.path.join(s.sess, b"objects", b"%d" % (seq // 100), b"%d.gz" % seq))
 
 
 def test_show_content_of_a_removed_file(populated):
@@ -206,3 +210,61 @@ def test_show_unknown_seq_fails(populated):
     s.txn(["put", "a.txt", "x"])
     proc = s.tx("show", s.sess, "999999", rc=1)
     assert proc.stderr.startswith(b"txreplay: ")
+
+
+# --- the flat objects/ of a journal written before its subdirectories ------------
+
+def rewrite_file(path, salt, features, edit):
+    """Write the session or segment file PATH again as a writer of FEATURES
+    would have: the header's features patched, every record's (flags,
+    fields) through EDIT(frame), the hash chain and the crcs made again."""
+    header, frs = frames(path)
+    assert (frs[-1].end if frs else FILE_HDR) == os.path.getsize(path), "not all of it is records"
+    h = bytearray(header)
+    h[12:16] = struct.pack("<I", features)
+    h = header_with(bytes(h))
+    link = hashlib.blake2b(salt + h, digest_size=32).digest()
+    out = bytearray(h)
+    for fr in frs:
+        flags, fields = edit(fr)
+        body = struct.pack("<BBHIQq", fr.type, flags, len(fields), fr.txn, fr.seq, fr.time)
+        body += b"".join(struct.pack("<HI", tag, len(v)) + v for tag, v in fields)
+        link = hashlib.blake2b(link + body, digest_size=32).digest()
+        frame = struct.pack("<II", 0, len(body) + len(link)) + body + link
+        out += struct.pack("<I", frame_crc(salt, frame)) + frame[4:]
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+def downgrade_to_flat_layout(sess):
+    """SESS as an ftsbx before the objects/ subdirectories wrote it: no
+    features, objects/S.EXT."""
+    salt = salt_of(sess)
+    for path in [os.path.join(sess, b"session")] + segments(sess):
+        rewrite_file(path, salt, 0, lambda fr: (fr.flags, fr.fields))
+    top = os.path.join(sess, b"objects")
+    for d in os.listdir(top):
+        for n in os.listdir(os.path.join(top, d)):
+            os.rename(os.path.join(top, d, n), os.path.join(top, n))
+        os.rmdir(os.path.join(top, d))
+
+
+def test_journal_of_the_flat_objects_layout_still_rewinds(populated):
+    """A session without features (objects/SEQ.ino) is read and rewound as
+    it was written: verify finds its kept inodes and pre-images, show names
+    them flat, the rewind is exact."""
+    s = populated
+    before = s.snap()
+    gone = ["xattr.txt", "a.txt", "hard1", "src/main.c"]
+    s.txn(*[["unlink", rel] for rel in gone], ["write", "big.bin", "0", "x"])
+    downgrade_to_flat_layout(s.sess)
+    assert s.tx("verify", s.sess).stdout.splitlines()[-1].startswith(b"ok")
+    for rel in gone:
+        seq = pre_image_seq(s, "remove", rel)
+        assert b"inode: objects/%d.ino " % seq in s.tx("show", s.sess, str(seq)).stdout
+        assert os.path.exists(os.path.join(s.sess, b"objects", b"%d.ino" % seq))
+    seq = pre_image_seq(s, "content", "big.bin")
+    assert b"objects/%d.gz," % seq in s.tx("show", s.sess, str(seq)).stdout
+    s.rewind()
+    assert_same(before, s.snap())
+

@@ -1,14 +1,19 @@
 """Removals under the shim (issue 5, the rm -rf path): a file about to be
-unlinked keeps its inode as objects/SEQ.ino through a hard link made from
-the program's own directory descriptor and name, then the program's own call
+unlinked keeps its inode as objects/D/SEQ.ino (D = SEQ // 100, a directory
+made by the first removal that needs it) through a hard link made from the
+program's own directory descriptor and name, then the program's own call
 removes the name. Each test removes entries through descriptors, directories
-renamed or reached through symlinks meanwhile, hard links and xattrs, then
-rewinds and finds the tree exactly as it was."""
+renamed or reached through symlinks meanwhile, hard links and xattrs, many
+files and from many processes at once, then rewinds and finds the tree
+exactly as it was."""
 import os
+import struct
 
 import pytest
 
 from test_shim_lib import PY, Shim, q
+
+FANOUT = 100    # journal/format.h, J_OBJ_FANOUT
 
 
 @pytest.fixture
@@ -20,8 +25,30 @@ def py(script):
     return b"%s -c %s" % (PY.encode(), q(script))
 
 
+def object_dirs(shim):
+    """objects/'s subdirectories: {D: [names in it]}. Everything in objects/
+    is such a directory (format.h: no flat objects in a new session)."""
+    top = os.path.join(shim.journal, b"objects")
+    return {d: os.listdir(os.path.join(top, d)) for d in os.listdir(top)}
+
+
 def kept_inodes(shim):
-    return sorted(n for n in os.listdir(os.path.join(shim.journal, b"objects")) if n.endswith(b".ino"))
+    """The seqs of the kept inodes, each checked to be in its own subdirectory."""
+    seqs = []
+    for d, names in object_dirs(shim).items():
+        for n in names:
+            assert n.endswith((b".ino", b".gz")), n
+            seq = int(n.split(b".")[0])
+            assert int(d) == seq // FANOUT, f"objects/{d}/{n} is not in objects/{seq // FANOUT}/"
+            if n.endswith(b".ino"):
+                seqs.append(seq)
+    return sorted(seqs)
+
+
+def make_files(shim, n, where="many"):
+    """N small files under WHERE, in directories of 50, set up without the shim."""
+    shim.setup(b"for d in $(seq 0 %d); do mkdir -p %s/d$d; for f in $(seq 0 49); do "
+               b"echo \"$d $f\" > %s/d$d/f$f; done; done" % ((n - 1) // 50, where.encode(), where.encode()))
 
 
 def test_unlinkat_through_a_directory_descriptor(shim):
@@ -99,3 +126,59 @@ for name in ("emptydir", "no-such-file"):
 os.unlink("a.txt")
 print(*got)
 """), check)
+
+
+def test_rm_rf_spreads_kept_inodes_over_subdirectories(shim):
+    """rm -rf of 600 files: every file's inode is kept, each in the
+    subdirectory of its seq, and no subdirectory holds more than 100."""
+    make_files(shim, 600)
+
+    def check(_):
+        assert not shim.exists("many")
+        assert len(kept_inodes(shim)) == 600
+        dirs = object_dirs(shim)
+        assert len(dirs) >= 6 and max(len(names) for names in dirs.values()) <= FANOUT, \
+            {d: len(n) for d, n in dirs.items()}
+    shim.roundtrip(b"rm -rf many", check)
+
+
+def test_first_removal_makes_its_object_subdirectory(shim):
+    """A session that has removed nothing has no subdirectory in objects/;
+    the first removal makes the one its seq names, and the rewind uses it."""
+    shim.sh(b"true")                   # the session exists, objects/ is empty
+    assert object_dirs(shim) == {}
+    before = shim.snap()
+
+    def check(_):
+        (seq,) = kept_inodes(shim)
+        assert list(object_dirs(shim)) == [b"%d" % (seq // FANOUT)]
+    shim.roundtrip(b"rm src/main.c", check, before=before)
+
+
+def test_removal_into_subdirectories_another_process_made(shim):
+    """The subdirectories of the next seqs exist already, made by another
+    writer of the session: the kept inodes go into them as they are."""
+    shim.sh(b"true")
+    with open(os.path.join(shim.journal, b"seq"), "rb") as f:
+        seq = struct.unpack("<Q", f.read(8))[0]     # the last seq taken
+    top = os.path.join(shim.journal, b"objects")
+    for d in range(seq // FANOUT, seq // FANOUT + 3):
+        os.mkdir(os.path.join(top, b"%d" % d), 0o700)
+    before = shim.snap()
+
+    def check(_):
+        assert len(kept_inodes(shim)) == 3
+    shim.roundtrip(b"rm a.txt src/main.c hard1", check, before=before)
+
+
+def test_concurrent_removers_share_subdirectories(shim):
+    """Eight processes remove 400 files at once, one file per rm, so that
+    several of them race to make each new subdirectory: none fails, every
+    inode is kept, and the rewind gives the whole tree back."""
+    make_files(shim, 400)
+
+    def check(_):
+        assert not any(os.listdir(shim.p(b"many/d%d" % d)) for d in range(8))
+        assert len(kept_inodes(shim)) == 400
+    shim.roundtrip(b"find many -type f -print0 | xargs -0 -n 1 -P 8 rm", check)
+

@@ -1,7 +1,8 @@
 /*
  * unit.c - unit tests of the journal library on cmocka: checksums, record
  * round trips, framing limits, concurrent writers and session creators,
- * version refusal and torn tails, each against a fresh scratch session.
+ * version and feature refusal, object names, and torn tails, each against a
+ * fresh scratch session.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -305,9 +306,151 @@ static void test_newer_version_is_refused_with_a_message(void **state)
 	snprintf(path, sizeof(path), "%s/session", sdir());
 	rewrite_u16(path, 8, J_VERSION + 1);
 	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), -EPROTONOSUPPORT);
-	assert_non_null(strstr(err, "version 2"));
+	snprintf(path, sizeof(path), "version %d;", J_VERSION + 1);
+	assert_non_null(strstr(err, path));
 	jreader_close(&r);
 	assert_int_equal(jsession_open(&s, sdir(), NULL), -EPROTONOSUPPORT);
+}
+
+/* Header bytes 12..15 of FILE (a session or segment file), or set them to
+ * V with the header's crc redone. */
+static uint32_t header_features(const char *file)
+{
+	uint8_t h[J_FILE_HDR];
+	uint32_t v;
+	int fd = open(file, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), sizeof(h));
+	close(fd);
+	memcpy(&v, h + 12, 4);
+	return v;
+}
+
+static void set_header_features(const char *file, uint32_t v)
+{
+	uint8_t h[J_FILE_HDR];
+	uint32_t crc;
+	int fd = open(file, O_RDWR);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, h, sizeof(h), 0), sizeof(h));
+	memcpy(h + 12, &v, 4);
+	crc = jcrc32c(0, h, 28);
+	memcpy(h + 28, &crc, 4);
+	assert_int_equal(pwrite(fd, h, sizeof(h), 0), sizeof(h));
+	close(fd);
+}
+
+static void test_new_session_and_its_segments_have_the_current_features(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256], path[400];
+
+	(void)state;
+	open_session(&s, &g);
+	assert_int_equal(s.features, JI_NEW);
+	snprintf(path, sizeof(path), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	assert_int_equal(header_features(path), JI_NEW);
+	jseg_close(&g);
+	jsession_close(&s);
+	snprintf(path, sizeof(path), "%s/session", sdir());
+	assert_int_equal(header_features(path), JI_NEW);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.features, JI_NEW);
+	assert_int_equal(r.ndmg, 0);
+	jreader_close(&r);
+}
+
+/* An old session (no features) opened by a new writer: its segments say
+ * none either, and its objects stay flat. */
+static void test_session_without_features_keeps_them_off(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256], path[400], obj[JOBJ_PATH_MAX];
+
+	(void)state;
+	open_session(&s, &g);
+	jseg_close(&g);
+	jsession_close(&s);
+	snprintf(path, sizeof(path), "%s/session", sdir());
+	set_header_features(path, 0);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(s.features, 0);
+	assert_int_equal(jseg_open(&g, &s, NULL), 0);
+	snprintf(path, sizeof(path), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	assert_int_equal(header_features(path), 0);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.features, 0);
+	jreader_object(&r, 1571, "ino", obj);
+	assert_string_equal(obj, "objects/1571.ino");
+	jreader_close(&r);
+}
+
+static void test_unknown_feature_is_refused_with_a_message(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256], path[400];
+
+	(void)state;
+	open_session(&s, &g);
+	jseg_close(&g);
+	jsession_close(&s);
+	snprintf(path, sizeof(path), "%s/session", sdir());
+	set_header_features(path, JI_NEW | 0x80000000u);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), -EPROTONOSUPPORT);
+	assert_non_null(strstr(err, "features 0x80000000"));
+	assert_non_null(strstr(err, "newer"));
+	jreader_close(&r);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), -EPROTONOSUPPORT);
+}
+
+/* A segment whose features are not its session's is not read. */
+static void test_segment_with_other_features_is_damage(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256], path[400];
+
+	(void)state;
+	open_session(&s, &g);
+	snprintf(path, sizeof(path), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	jseg_close(&g);
+	jsession_close(&s);
+	set_header_features(path, 0);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 1);
+	assert_non_null(strstr(r.dmg[0].what, "features"));
+	assert_int_equal(r.nrec, 0);
+	jreader_close(&r);
+}
+
+static void test_object_names_fan_out_by_seq(void **state)
+{
+	char name[JOBJ_NAME_MAX];
+
+	(void)state;
+	assert_int_equal(jobject_name(name, JI_OBJDIRS, 1571, "ino"), 3);
+	assert_string_equal(name, "15/1571.ino");
+	assert_int_equal(jobject_name(name, JI_NEW, 99, "gz"), 2);
+	assert_string_equal(name, "0/99.gz");
+	assert_int_equal(jobject_name(name, JI_NEW, 100, "ino"), 2);
+	assert_string_equal(name, "1/100.ino");
+	assert_int_equal(jobject_name(name, JI_NEW, UINT64_MAX, "ino"), 19);
+	assert_string_equal(name, "184467440737095516/18446744073709551615.ino");
+	assert_int_equal(jobject_name(name, 0, 1571, "gz"), 0);
+	assert_string_equal(name, "1571.gz");
+	assert_int_equal(jobject_name(name, 0, 0, "ino"), 0);
+	assert_string_equal(name, "0.ino");
 }
 
 static void test_directory_that_is_not_a_session_is_refused(void **state)
@@ -379,6 +522,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_content_round_trips_stored_and_zlib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent_creators_and_writers_agree, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_version_is_refused_with_a_message, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_new_session_and_its_segments_have_the_current_features, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_session_without_features_keeps_them_off, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_feature_is_refused_with_a_message, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_with_other_features_is_damage, setup, teardown),
+		cmocka_unit_test(test_object_names_fan_out_by_seq),
 		cmocka_unit_test_setup_teardown(test_directory_that_is_not_a_session_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_torn_tail_keeps_every_record_before_it, setup, teardown),
 	};

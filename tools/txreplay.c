@@ -1016,53 +1016,59 @@ static int cmd_log(const struct args *a)
 
 /* ---- show ----------------------------------------------------------- */
 
-typedef void (*show_fn)(const char *key, const struct jrecord *c, enum jtag t);
+typedef void (*show_fn)(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t);
 
-static void show_bytes(const char *key, const struct jrecord *c, enum jtag t)
+static void show_bytes(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
+	(void)r;
 	printf("%s: ", key);
 	put_field_text(stdout, c, t);
 	fputc('\n', stdout);
 }
 
-static void show_argv(const char *key, const struct jrecord *c, enum jtag t)
+static void show_argv(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
+	(void)r;
 	printf("%s: ", key);
 	put_argv_text(stdout, &c->f[t]);
 	fputc('\n', stdout);
 }
 
-static void show_u32(const char *key, const struct jrecord *c, enum jtag t)
+static void show_u32(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
 	uint32_t v = 0;
 
+	(void)r;
 	jrec_u32(c, t, &v);
 	printf(t == F_FLAGS ? "%s: %#" PRIx32 "\n" : "%s: %" PRIu32 "\n", key, v);
 }
 
-static void show_u64(const char *key, const struct jrecord *c, enum jtag t)
+static void show_u64(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
 	uint64_t v = 0;
 
+	(void)r;
 	jrec_u64(c, t, &v);
 	printf("%s: %" PRIu64 "\n", key, v);
 }
 
-static void show_status(const char *key, const struct jrecord *c, enum jtag t)
+static void show_status(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
 	char buf[96];
 	int32_t v = 0;
 
+	(void)r;
 	rec_i32(c, t, &v);
 	describe_status(buf, sizeof(buf), v);
 	printf("%s: %" PRId32 " (%s)\n", key, v, buf);
 }
 
-static void show_errno(const char *key, const struct jrecord *c, enum jtag t)
+static void show_errno(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
 	const char *name;
 	int32_t v = 0;
 
+	(void)r;
 	rec_i32(c, t, &v);
 	name = strerrorname_np(v);
 	printf("%s: %" PRId32 " (%s: %s)\n", key, v, name ? name : "?", strerror(v));
@@ -1082,11 +1088,12 @@ static const char *file_type(uint32_t mode)
 	return "unknown type";
 }
 
-static void show_stat(const char *key, const struct jrecord *c, enum jtag t)
+static void show_stat(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
 	char a[64], m[64], ch[64];
 	struct jstat s;
 
+	(void)r;
 	(void)key;
 	jrec_stat(c, t, &s);
 	printf("mode: %#" PRIo32 " (%s)\nuid: %" PRIu32 "\ngid: %" PRIu32 "\nsize: %" PRIu64 "\n"
@@ -1097,17 +1104,20 @@ static void show_stat(const char *key, const struct jrecord *c, enum jtag t)
 	       fmt_time(ch, sizeof(ch), s.ctime_ns, T_ISO));
 }
 
-static void show_jdata(const char *key, const struct jrecord *c, enum jtag t)
+static void show_jdata(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
 	static const char *const methods[] = { [JD_STORED] = "stored", [JD_ZLIB] = "zlib", [JD_GZIP] = "gzip" };
+	char name[JOBJ_PATH_MAX];
 	struct jdata d;
 
 	memcpy(&d, c->f[t].p, sizeof(d));
 	printf("%s: ", key);
-	if (t == F_OBJECT)
-		printf("objects/%" PRIu64 ".gz, ", c->seq);
-	else
+	if (t == F_OBJECT) {
+		jreader_object(r, c->seq, "gz", name);
+		printf("%s, ", name);
+	} else {
 		printf("inline, %" PRIu32 " bytes stored, ", c->f[t].n - (uint32_t)sizeof(d));
+	}
 	if (d.method < sizeof(methods) / sizeof(methods[0]))
 		printf("%s", methods[d.method]);
 	else
@@ -1118,21 +1128,24 @@ static void show_jdata(const char *key, const struct jrecord *c, enum jtag t)
 	fputc('\n', stdout);
 }
 
-static void show_inode(const char *key, const struct jrecord *c, enum jtag t)
+static void show_inode(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
+	char name[JOBJ_PATH_MAX];
 	uint64_t v[2];
 
 	memcpy(v, c->f[t].p, sizeof(v));
-	printf("%s: objects/%" PRIu64 ".ino (dev %#" PRIx64 ", ino %" PRIu64 ")\n", key, c->seq, v[0], v[1]);
+	jreader_object(r, c->seq, "ino", name);
+	printf("%s: %s (dev %#" PRIx64 ", ino %" PRIu64 ")\n", key, name, v[0], v[1]);
 }
 
 /* F_XATTRS: { u16 namelen, u32 vallen, name, value } repeated; names only. */
-static void show_xattrs(const char *key, const struct jrecord *c, enum jtag t)
+static void show_xattrs(const struct jreader *r, const char *key, const struct jrecord *c, enum jtag t)
 {
 	const struct jfield *f = &c->f[t];
 	size_t off = 0;
 	int n = 0;
 
+	(void)r;
 	printf("%s:", key);
 	while (f->n - off >= 6) {
 		uint16_t nl;
@@ -1216,7 +1229,7 @@ static void show_record(const struct journal *j, const struct jrecord *c)
 		if ((t == F_PID || t == F_PPID) && field_ok(c, t))
 			continue;       /* in the header */
 		if (field_ok(c, t))
-			tags[t].show(tags[t].name, c, t);
+			tags[t].show(&j->r, tags[t].name, c, t);
 		else if (c->f[t].present)
 			printf("%s: <malformed, %" PRIu32 " bytes>\n", tags[t].name ? tags[t].name : "?",
 			       c->f[t].n);
@@ -1242,19 +1255,19 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 	return 0;
 }
 
-/* The bytes of a removed file kept as objects/SEQ.ino (F_INODE), to OUT:
+/* The bytes of a removed file kept as objects/D/SEQ.ino (F_INODE), to OUT:
  * there is no hash to check, but it must still be the inode recorded. */
 static int copy_inode(const struct journal *j, const struct jrecord *c, int out)
 {
 	static uint8_t buf[1 << 16];
-	char name[64];
+	char name[JOBJ_PATH_MAX];
 	uint64_t want[2];
 	struct stat st;
 	ssize_t n;
 	int fd, e = 0;
 
 	memcpy(want, c->f[F_INODE].p, sizeof(want));
-	snprintf(name, sizeof(name), "objects/%" PRIu64 ".ino", c->seq);
+	jreader_object(&j->r, c->seq, "ino", name);
 	fd = openat(j->r.dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return error("cannot open '%s': %s", name, strerror(errno));
@@ -1373,10 +1386,10 @@ static void verify_content(struct vstate *v, const struct jrecord *c)
 		problem(v, c, "%s", strncmp(err, own, l) ? err : err + l);  /* say the seq once */
 }
 
-/* A removed file kept as objects/SEQ.ino must still be that inode. */
+/* A removed file kept as objects/D/SEQ.ino must still be that inode. */
 static void verify_inode(struct vstate *v, const struct jrecord *c)
 {
-	char name[64];
+	char name[JOBJ_PATH_MAX];
 	uint64_t want[2];
 	struct stat st;
 
@@ -1384,7 +1397,7 @@ static void verify_inode(struct vstate *v, const struct jrecord *c)
 		return;
 	v->checked++;
 	memcpy(want, c->f[F_INODE].p, sizeof(want));
-	snprintf(name, sizeof(name), "objects/%" PRIu64 ".ino", c->seq);
+	jreader_object(&v->j->r, c->seq, "ino", name);
 	if (fstatat(v->j->r.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		problem(v, c, "%s: %s", name, strerror(errno));
 	else if (st.st_dev != want[0] || st.st_ino != want[1])
