@@ -684,7 +684,8 @@ struct at {
  * link: no bytes copied, and the record is written only once the link is
  * there), or a copy of its bytes when it cannot be linked there (another
  * filesystem, a file the caller may not link). The program's own call then
- * removes the name. */
+ * removes the name. A kept inode keeps its xattrs too: the record lists
+ * them only in a session whose readers would take no list for none. */
 static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct at *at)
 {
 	struct jsession *s = g->s;
@@ -701,6 +702,10 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 		r->tag = F_INODE;
 		r->p1 = ino;
 		r->n1 = sizeof(ino);
+		if (s->features & JI_INODE_XATTRS) {
+			r->rflags |= JR_INODE_XATTRS;
+			r->xattrs = XA_NONE;
+		}
 		if (s->flags & JS_DURABLE)
 			err = sync_object_dir(s, name, dirlen);
 		if (!err)

@@ -126,8 +126,9 @@
 /* Incompatible features (file header bytes 12..15). Bit 0 stays unused: the
  * test suite sets it as the feature of a newer ftsbx that must be refused. */
 #define JI_OBJDIRS      0x00000002u     /* objects/D/S.EXT, D = S / J_OBJ_FANOUT (else objects/S.EXT) */
-#define JI_KNOWN        JI_OBJDIRS
-#define JI_NEW          JI_OBJDIRS      /* what a new session gets */
+#define JI_INODE_XATTRS 0x00000004u     /* a J_REMOVE may carry JR_INODE_XATTRS */
+#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS)
+#define JI_NEW          (JI_OBJDIRS | JI_INODE_XATTRS)  /* what a new session gets */
 
 /* Record types. Each lists its fields; [opt] marks optional ones. */
 enum jtype {
@@ -147,7 +148,9 @@ enum jtype {
 	                     to be removed or replaced. Regular files keep their inode
 	                     (INODE: objects/D/S.ino) or a copy (DATA/OBJECT, other
 	                     filesystem); symlinks their TARGET; directories, fifos,
-	                     sockets and devices are recreated from STAT. */
+	                     sockets and devices are recreated from STAT. With
+	                     JR_INODE_XATTRS (INODE only) no XATTRS are listed: the
+	                     kept inode has its own, and undo leaves them as they are. */
 	J_RENAME    = 14, /* PATH PATH2 STAT FLAGS: PATH is about to be renamed to PATH2
 	                     (FLAGS: renameat2's); STAT is PATH's. Undo: rename back. */
 	J_META      = 15, /* PATH STAT [XATTRS]: mode, owner, times, xattrs about to
@@ -163,7 +166,9 @@ enum jtype {
 };
 
 /* Record flags. */
-#define JR_WEAK   0x01  /* J_META of a parent directory: no dependency, no drift */
+#define JR_WEAK         0x01  /* J_META of a parent directory: no dependency, no drift */
+#define JR_INODE_XATTRS 0x02  /* J_REMOVE with INODE: the xattrs are the kept inode's own
+                                 (written only in sessions with JI_INODE_XATTRS) */
 
 /* Field tags. */
 enum jtag {

@@ -218,9 +218,10 @@ out:
 
 /* ---- metadata ----------------------------------------------------------- */
 
-/* What restore_meta() puts back: everything, or (weak J_META records)
- * only the times. A record without F_XATTRS had none. */
-enum meta { META_ALL, META_TIMES };
+/* What restore_meta() puts back: everything, everything but the xattrs
+ * (a kept inode's own), or (weak J_META records) only the times. A record
+ * without F_XATTRS had none, unless it says JR_INODE_XATTRS. */
+enum meta { META_ALL, META_KEEP_XATTRS, META_TIMES };
 
 /* Put back owner, mode, xattrs and times of PATH from ST, as far as WHAT
  * says. Sets u->changed when anything differed. */
@@ -517,6 +518,17 @@ static int relink_inode(struct undo *u)
 	return 0;
 }
 
+/* What a removal's undo restores of the metadata: everything, but the
+ * xattrs of a kept inode that has its own (JR_INODE_XATTRS: the record does
+ * not list them, and nothing could change them while only objects/ named
+ * the inode; a change through another hard link has its own record). */
+static enum meta removed_meta(const struct undo *u)
+{
+	if ((u->c->flags & JR_INODE_XATTRS) && u->c->f[F_INODE].present)
+		return META_KEEP_XATTRS;
+	return META_ALL;
+}
+
 /* Recreate the removed thing at the (now free) path, by type. */
 static int recreate(struct undo *u)
 {
@@ -554,7 +566,7 @@ static int recreate(struct undo *u)
 	default:
 		return failf(u, -EBADMSG, "cannot restore '%s': unknown file type 0%o", u->path, type);
 	}
-	return err ? err : restore_meta(u, u->path, &u->st, META_ALL);
+	return err ? err : restore_meta(u, u->path, &u->st, removed_meta(u));
 }
 
 static int undo_remove(struct undo *u)
@@ -572,7 +584,7 @@ static int undo_remove(struct undo *u)
 		err = remove_any(u, u->path, &cur);
 		return err ? err : recreate(u);
 	}
-	err = restore_meta(u, u->path, &u->st, META_ALL);
+	err = restore_meta(u, u->path, &u->st, removed_meta(u));
 	if (err)
 		return err;
 	jreader_object(u->r, u->c->seq, "ino", obj);

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import (FILE_HDR, assert_same, frame_crc, frames, fsb, header_with, log_records, salt_of,
+from conftest import (FILE_HDR, F, assert_same, frame_crc, frames, fsb, header_with, log_records, salt_of,
                       segments)
 
 
@@ -214,6 +214,9 @@ def test_show_unknown_seq_fails(populated):
 
 # --- the flat objects/ of a journal written before its subdirectories ------------
 
+JR_INODE_XATTRS = 0x02      # journal/format.h
+
+
 def rewrite_file(path, salt, features, edit):
     """Write the session or segment file PATH again as a writer of FEATURES
     would have: the header's features patched, every record's (flags,
@@ -236,12 +239,21 @@ def rewrite_file(path, salt, features, edit):
         f.write(out)
 
 
-def downgrade_to_flat_layout(sess):
+def downgrade_to_flat_layout(sess, xattrs_of):
     """SESS as an ftsbx before the objects/ subdirectories wrote it: no
-    features, objects/S.EXT."""
+    features, objects/S.EXT, and each removal that left the xattrs to the
+    kept inode listing them instead (XATTRS_OF: path -> [(name, value)],
+    as they were before the change)."""
+    def old_record(fr):
+        if not fr.flags & JR_INODE_XATTRS:
+            return fr.flags, fr.fields
+        listed = b"".join(struct.pack("<HI", len(n), len(v)) + n + v for n, v in xattrs_of[fr.field(F["PATH"])])
+        return fr.flags & ~JR_INODE_XATTRS, fr.fields + ([(F["XATTRS"], listed)] if listed else [])
+
     salt = salt_of(sess)
-    for path in [os.path.join(sess, b"session")] + segments(sess):
-        rewrite_file(path, salt, 0, lambda fr: (fr.flags, fr.fields))
+    rewrite_file(os.path.join(sess, b"session"), salt, 0, lambda fr: (fr.flags, fr.fields))
+    for seg in segments(sess):
+        rewrite_file(seg, salt, 0, old_record)
     top = os.path.join(sess, b"objects")
     for d in os.listdir(top):
         for n in os.listdir(os.path.join(top, d)):
@@ -249,15 +261,22 @@ def downgrade_to_flat_layout(sess):
         os.rmdir(os.path.join(top, d))
 
 
+def xattr_list(path):
+    return [(n.encode(), os.getxattr(path, n, follow_symlinks=False))
+            for n in os.listxattr(path, follow_symlinks=False)]
+
+
 def test_journal_of_the_flat_objects_layout_still_rewinds(populated):
-    """A session without features (objects/SEQ.ino) is read and rewound as
-    it was written: verify finds its kept inodes and pre-images, show names
-    them flat, the rewind is exact."""
+    """A session without features (objects/SEQ.ino, xattrs listed in every
+    removal record) is read and rewound as it was written: verify finds its
+    kept inodes and pre-images, show names them flat, the rewind is exact."""
     s = populated
     before = s.snap()
     gone = ["xattr.txt", "a.txt", "hard1", "src/main.c"]
+    xattrs_of = {s.p(rel): xattr_list(s.p(rel)) for rel in gone}
+    assert xattrs_of[s.p("xattr.txt")]
     s.txn(*[["unlink", rel] for rel in gone], ["write", "big.bin", "0", "x"])
-    downgrade_to_flat_layout(s.sess)
+    downgrade_to_flat_layout(s.sess, xattrs_of)
     assert s.tx("verify", s.sess).stdout.splitlines()[-1].startswith(b"ok")
     for rel in gone:
         seq = pre_image_seq(s, "remove", rel)
@@ -268,3 +287,15 @@ def test_journal_of_the_flat_objects_layout_still_rewinds(populated):
     s.rewind()
     assert_same(before, s.snap())
 
+
+def test_removal_record_leaves_xattrs_to_the_kept_inode(populated):
+    """In a new session a removal that keeps the inode lists no xattrs and
+    says so (JR_INODE_XATTRS): the rewind still gives them back exactly."""
+    s = populated
+    before = s.snap()
+    s.txn(["unlink", "xattr.txt"])
+    seq = pre_image_seq(s, "remove", "xattr.txt")
+    shown = s.tx("show", s.sess, str(seq)).stdout
+    assert b"xattrs kept with the inode" in shown and b"\nxattrs:" not in shown, shown
+    s.rewind()
+    assert_same(before, s.snap())

@@ -182,3 +182,20 @@ def test_concurrent_removers_share_subdirectories(shim):
         assert len(kept_inodes(shim)) == 400
     shim.roundtrip(b"find many -type f -print0 | xargs -0 -n 1 -P 8 rm", check)
 
+
+def test_xattrs_of_a_kept_inode_changed_through_another_name(shim):
+    """The kept inode's xattrs are its own (the record lists none): changed
+    through its other hard link after the removal, they are put back by that
+    link's own record, and the removed name comes back with them."""
+    shim.setup(b"%s -c %s" % (PY.encode(), q("import os; os.setxattr('hard1', 'user.k', b'before')")))
+
+    def check(_):
+        assert not shim.exists("hard1")
+        assert os.getxattr(shim.p("src/hard2"), "user.k") == b"after"
+        assert os.getxattr(shim.p("src/hard2"), "user.new") == b"x"
+    shim.roundtrip(py("""
+import os
+os.unlink("hard1")
+os.setxattr("src/hard2", "user.k", b"after")
+os.setxattr("src/hard2", "user.new", b"x")
+"""), check)

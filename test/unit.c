@@ -449,7 +449,7 @@ static void test_object_names_fan_out_by_seq(void **state)
 	assert_string_equal(name, "184467440737095516/18446744073709551615.ino");
 	assert_int_equal(jobject_name(name, 0, 1571, "gz"), 0);
 	assert_string_equal(name, "1571.gz");
-	assert_int_equal(jobject_name(name, 0, 0, "ino"), 0);
+	assert_int_equal(jobject_name(name, JI_INODE_XATTRS, 0, "ino"), 0);
 	assert_string_equal(name, "0.ino");
 }
 

@@ -1217,7 +1217,8 @@ static void show_header(const struct jrecord *c)
 	printf("pid: %" PRIu32 "\nppid: %" PRIu32 "\n", rec_pid(c, F_PID), rec_pid(c, F_PPID));
 	printf("segment: %s\noffset: %" PRIu64 "\n", c->segment ? c->segment : "?", c->offset);
 	if (c->flags)
-		printf("record flags: %#x%s\n", c->flags, c->flags & JR_WEAK ? " (weak)" : "");
+		printf("record flags: %#x%s%s\n", c->flags, c->flags & JR_WEAK ? " (weak)" : "",
+		       c->flags & JR_INODE_XATTRS ? " (xattrs kept with the inode)" : "");
 }
 
 static void show_record(const struct journal *j, const struct jrecord *c)
@@ -1372,6 +1373,8 @@ static void verify_fields(struct vstate *v, const struct jrecord *c)
 	}
 	if (c->type == J_CONTENT && !has_content(c))
 		problem(v, c, "content record without saved content");
+	if ((c->flags & JR_INODE_XATTRS) && (c->type != J_REMOVE || !c->f[F_INODE].present))
+		problem(v, c, "xattrs said to be kept with an inode that the record does not keep");
 }
 
 static void verify_content(struct vstate *v, const struct jrecord *c)
