@@ -182,10 +182,7 @@ void policy_set_journal(struct policy *pol, const char *dir)
 
 	while (n > 1 && dir[n - 1] == '/')
 		n--;
-	if (n >= sizeof(pol->journal))
-		n = 0;
-	memcpy(pol->journal, dir ? dir : "", n);
-	pol->journal[n] = 0;
+	pol->journal = dir;
 	pol->journal_len = n;
 }
 

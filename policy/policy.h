@@ -56,21 +56,22 @@ enum popaque { PO_REFUSE, PO_WARN };                /* warn: allow, say so, reco
  * A loaded or mapped policy. B points to the compiled block; OWNED is the
  * allocation policy_load made (NULL for a mapped block). The journal
  * directory is not part of the block (it is known only once the session
- * exists): policy_set_journal puts it here, and every path under it is
- * refused, reads and writes alike.
+ * exists): policy_set_journal points here to it (the caller keeps the
+ * string), and every path under it is refused, reads and writes alike.
+ * Small: a process writes all of it at start.
  */
 struct policy {
 	const struct pol_hdr *b;
 	size_t n;
 	void *owned;
-	char journal[PATH_MAX];
-	size_t journal_len;
 	/* Filters worked out when the block is taken up, per path kind: the
 	 * bytes every literal prefix of the kind starts with (a path that
 	 * does not start with them has none of them as an ancestor), and
 	 * whether any glob of the kind is anchored. */
 	uint32_t lcp[4];
 	bool anchored[4];
+	const char *journal;            /* JOURNAL_LEN bytes (no trailing '/') */
+	size_t journal_len;
 };
 
 /* Load FILE (NULL: the built-in default, policies/default.ini). 0, or -1 with
@@ -89,6 +90,7 @@ void policy_blob(const struct policy *pol, const void **p, size_t *n);
  * No allocation. */
 int policy_from_blob(struct policy *pol, const void *p, size_t n);
 uint64_t policy_hash(const struct policy *pol);
+/* DIR must stay valid as long as POL is used. */
 void policy_set_journal(struct policy *pol, const char *dir);
 
 /* Settings. */

@@ -25,9 +25,15 @@ static char *sticky[STICKY_MAX];        /* "NAME=VALUE"; LD_PRELOAD first */
 static unsigned char sticky_name[STICKY_MAX];   /* the length of "NAME=" */
 static size_t nsticky;
 
+/* state.c: S[0..N) == T[0..N)? (no libc call: the constructor's path) */
+HIDDEN bool same_bytes(const char *s, const char *t, size_t n);
+
 static void add_sticky(const char *s, size_t *used)
 {
-	size_t n = strlen(s) + 1, k = strcspn(s, "=") + 1;
+	size_t n = strlen(s) + 1, k = 1;
+
+	while (s[k - 1] && s[k - 1] != '=')
+		k++;
 
 	if (nsticky == STICKY_MAX || *used + n > sizeof(sticky_buf) || k > 255)
 		return;
@@ -36,32 +42,51 @@ static void add_sticky(const char *s, size_t *used)
 	*used += n;
 }
 
+/* Does the LD_PRELOAD value V name this library (an entry of its own,
+ * between spaces or colons)? */
 static bool lists_self(const char *v)
 {
 	size_t n = strlen(shim.self);
 
-	for (const char *s = strstr(v, shim.self); s; s = strstr(s + 1, shim.self))
-		if ((s == v || s[-1] == ' ' || s[-1] == ':') && (s[n] == 0 || s[n] == ' ' || s[n] == ':'))
+	for (const char *s = v; *s; s++)
+		if ((s == v || s[-1] == ' ' || s[-1] == ':') && same_bytes(s, shim.self, n) &&
+		    (s[n] == 0 || s[n] == ' ' || s[n] == ':'))
 			return true;
 	return false;
 }
 
+/* Append S to LINE (N bytes so far, CAP in all), cut as snprintf would. */
+static void append(char *line, size_t *n, size_t cap, const char *s)
+{
+	size_t l = strlen(s);
+
+	if (l > cap - 1 - *n)
+		l = cap - 1 - *n;
+	memcpy(line + *n, s, l);
+	*n += l;
+	line[*n] = 0;
+}
+
 /* Remember LD_PRELOAD (with this library in it) and every FTSBX_* but
- * FTSBX_TXN_GROUP, which a harness gives to the tool calls it groups. */
+ * FTSBX_TXN_GROUP, which a harness gives to the tool calls it groups.
+ * (In every process's constructor: no snprintf, strncmp or strstr, whose
+ * first calls cost more than the work; see state.c.) */
 HIDDEN void env_capture(void)
 {
 	char line[PATH_MAX + 16];
 	const char *pre = shim_getenv("LD_PRELOAD");
-	size_t used = 0;
+	size_t used = 0, n = 0;
 
-	if (pre && lists_self(pre))
-		snprintf(line, sizeof(line), "LD_PRELOAD=%s", pre);
-	else
-		snprintf(line, sizeof(line), "LD_PRELOAD=%s%s%s", shim.self, pre && *pre ? " " : "",
-			 pre ? pre : "");
+	append(line, &n, sizeof(line), "LD_PRELOAD=");
+	if (!pre || !lists_self(pre)) {
+		append(line, &n, sizeof(line), shim.self);
+		if (pre && *pre)
+			append(line, &n, sizeof(line), " ");
+	}
+	append(line, &n, sizeof(line), pre ? pre : "");
 	add_sticky(line, &used);
 	for (char **e = environ; e && *e; e++)
-		if (!strncmp(*e, "FTSBX_", 6) && strncmp(*e, "FTSBX_TXN_GROUP=", 16))
+		if (same_bytes(*e, "FTSBX_", 6) && !same_bytes(*e, "FTSBX_TXN_GROUP=", 16))
 			add_sticky(*e, &used);
 }
 

@@ -18,8 +18,10 @@
 #include "shim.h"
 #include "../policy/policy.h"
 
-static struct policy *pol;
-static struct policy mapped;
+/* The policy as mapped in every process but the root, with the data the
+ * loader writes anyway (state.c's HOT_DATA): no page of its own. */
+static struct policy mapped __attribute__((section(".data.ftsbx_hot")));
+static struct policy *pol = &mapped;
 static enum pmode mode = PM_OFF;
 
 static void fail_closed(const char *what)
@@ -55,6 +57,64 @@ static void load_and_publish(void)
 		fail_closed("cannot write the compiled policy into the session");
 }
 
+/*
+ * The four system calls that map the policy, in every process the session
+ * starts. Straight to the kernel on x86-64: through libc, the first call of
+ * each wrapper in a process costs a lazy binding and often a page of libc's
+ * code (measured: about 5 us of a 50 us constructor), and open and close
+ * would go through the shim's own hooks, whose first calls look up the real
+ * functions with dlsym. Elsewhere, glibc's own names of open and close,
+ * which no hook takes.
+ */
+#if defined(__x86_64__)
+#include <sys/syscall.h>
+
+static long raw6(long nr, long a, long b, long c, long d, long e, long f)
+{
+	register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
+	long r;
+
+	__asm__ volatile("syscall"
+			 : "=a"(r)
+			 : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return r;
+}
+
+static int sys_open(const char *p, int flags)
+{
+	long r = raw6(SYS_openat, AT_FDCWD, (long)p, flags, 0, 0, 0);
+
+	return r < 0 ? (errno = (int)-r, -1) : (int)r;
+}
+
+static int sys_fstat(int fd, struct stat *st)
+{
+	long r = raw6(SYS_fstat, fd, (long)st, 0, 0, 0, 0);
+
+	return r < 0 ? (errno = (int)-r, -1) : 0;
+}
+
+static void *sys_mmap(size_t n, int prot, int flags, int fd)
+{
+	long r = raw6(SYS_mmap, 0, (long)n, prot, flags, fd, 0);
+
+	return r < 0 && r > -4096 ? (errno = (int)-r, MAP_FAILED) : (void *)r;
+}
+
+static void sys_close(int fd)
+{
+	raw6(SYS_close, fd, 0, 0, 0, 0, 0);
+}
+#else
+extern int __open64(const char *path, int flags, ...);
+extern int __close(int fd);
+#define sys_open(p, flags) __open64(p, flags)
+#define sys_fstat(fd, st) fstat(fd, st)
+#define sys_mmap(n, prot, flags, fd) mmap(NULL, n, prot, flags, fd, 0)
+#define sys_close(fd) __close(fd)
+#endif
+
 /* A later process: map the block the first one left. */
 static void map_published(void)
 {
@@ -64,21 +124,31 @@ static void map_published(void)
 	void *p;
 
 	const char *root = shim_getenv("FTSBX_ROOT");
+	static const char name[] = "/policy-";
 	char path[PATH_MAX + 32];
+	size_t n = shim.journal_len;
 
-	snprintf(path, sizeof(path), "%s/policy-%s", shim.journal, root ? root : "0");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* JOURNAL/policy-ROOT, without snprintf (state.c: the constructor's
+	 * path) */
+	if (!root)
+		root = "0";
+	memcpy(path, shim.journal, n);
+	memcpy(path + n, name, sizeof(name) - 1);
+	n += sizeof(name) - 1;
+	for (size_t i = 0; root[i] && n < sizeof(path) - 1; i++)
+		path[n++] = root[i];
+	path[n] = 0;
+	fd = sys_open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {           /* a session of an older shim: load it here */
 		const char *file = shim_getenv("FTSBX_POLICY");
 		if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
 			fail_closed(err);
 		return;
 	}
-	if (fstat(fd, &st) < 0 || (p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED ||
+	if (sys_fstat(fd, &st) < 0 || (p = sys_mmap((size_t)st.st_size, PROT_READ, MAP_SHARED, fd)) == MAP_FAILED ||
 	    policy_from_blob(&mapped, p, (size_t)st.st_size))
 		fail_closed("the session's compiled policy is damaged");
-	close(fd);
-	pol = &mapped;
+	sys_close(fd);
 }
 
 HIDDEN void guard_init(bool first)

@@ -18,8 +18,15 @@
 #include "hooks-extra.def"
 #undef HOOK
 
+/* Small variables every process writes at start go with the initialised
+ * data (.data.*), whose page the loader writes anyway (its relocations and
+ * the zeroing of the last page), instead of starting a page of their own in
+ * .bss: each page a process first writes costs it a fault (about 2 us
+ * here). guard.c puts its mapped policy there too. */
+#define HOT_DATA __attribute__((section(".data.ftsbx_hot")))
+
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
-HIDDEN bool shim_ready;
+HIDDEN bool shim_ready HOT_DATA;
 HIDDEN struct shim_state shim;
 static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -51,12 +58,17 @@ extern char **environ;
  * of NAME=VALUE. */
 HIDDEN char *shim_getenv(const char *name)
 {
-	size_t n = strlen(name);
-
-	/* the first byte before the call: most variables differ there */
-	for (char **e = environ; e && *e; e++)
-		if ((*e)[0] == name[0] && !strncmp(*e, name, n) && (*e)[n] == '=')
-			return *e + n + 1;
+	/* byte by byte, no libc: most variables differ at their first byte,
+	 * and the constructor runs this before anything else */
+	for (char **e = environ; e && *e; e++) {
+		const char *v = *e, *n = name;
+		while (*n && *v == *n) {
+			v++;
+			n++;
+		}
+		if (!*n && *v == '=')
+			return (char *)v + 1;
+	}
 	return NULL;
 }
 
@@ -288,6 +300,37 @@ static void atfork_child(void)
 }
 
 
+/*
+ * The constructor runs in every process the session starts. Each libc
+ * function the shim calls for the first time in a process costs a lazy
+ * binding of its PLT entry (about 700 instructions, more than most of
+ * these calls): the constructor's path keeps to a few (strlen, memcpy,
+ * open, fstat, mmap, close, pthread_atfork) and does its small string work
+ * in loops of its own (same_bytes here, exec.c's env_capture).
+ */
+
+/* S[0..N) == T[0..N)? */
+HIDDEN bool same_bytes(const char *s, const char *t, size_t n)
+{
+	while (n && *s == *t) {
+		s++;
+		t++;
+		n--;
+	}
+	return !n;
+}
+
+/* The decimal number S, if it is one (at most 9 digits), else strtoul's. */
+static unsigned long dec(const char *s)
+{
+	unsigned long v = 0;
+	int i = 0;
+
+	for (; i < 10 && s[i] >= '0' && s[i] <= '9'; i++)
+		v = v * 10 + (unsigned long)(s[i] - '0');
+	return i && i < 10 && !s[i] ? v : strtoul(s, NULL, 10);
+}
+
 /* This library's path: the LD_PRELOAD entry that names it, else dladdr. */
 static void self_path(void)
 {
@@ -295,9 +338,12 @@ static void self_path(void)
 	Dl_info info;
 
 	for (const char *s = pre; s && *s;) {
-		size_t n = strcspn(s, " :");
-		if (n >= 11 && n < sizeof(shim.self) && !memcmp(s + n - 11, "libftsbx.so", 11)) {
-			memcpy(shim.self, s, n);
+		size_t n = 0;
+		while (s[n] && s[n] != ' ' && s[n] != ':')
+			n++;
+		if (n >= 11 && n < sizeof(shim.self) && same_bytes(s + n - 11, "libftsbx.so", 11)) {
+			for (size_t i = 0; i < n; i++)
+				shim.self[i] = s[i];
 			shim.self[n] = 0;
 			if (shim.self[0] == '/')
 				return;
@@ -327,13 +373,15 @@ static void start_session(void)
 		_exit(126);
 	}
 	shim.journal_len = strlen(shim.journal);
-	if (strcmp(j, shim.journal))
+	if (!same_bytes(j, shim.journal, shim.journal_len + 1))
 		shim_setenv("FTSBX_JOURNAL", shim.journal);
 	if (t && *t) {
 		const char *root = shim_getenv("FTSBX_ROOT");
-		shim.txn = (uint32_t)strtoul(t, NULL, 10);
-		/* the root itself, after an exec (bash -c 'exec agent') */
-		if (root && (pid_t)strtol(root, NULL, 10) == getpid()) {
+		shim.txn = (uint32_t)dec(t);
+		/* the root itself, after an exec (bash -c 'exec agent'): its
+		 * programs get FTSBX_TXN=0 (txn.c), so a process with another
+		 * transaction asks for no getpid() */
+		if (!shim.txn && root && (pid_t)strtol(root, NULL, 10) == getpid()) {
 			shim.root = true;
 			shim.txn = 0;
 			if (!jsession_open(&shim.s, shim.journal, NULL)) {
@@ -368,7 +416,7 @@ __attribute__((constructor)) static void shim_ctor(int argc, char **argv, char *
 
 HIDDEN void shim_init(void)
 {
-	static bool started;
+	static bool started HOT_DATA;
 
 	if (shim_ready || __atomic_exchange_n(&started, true, __ATOMIC_ACQ_REL))
 		return;
