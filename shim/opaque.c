@@ -3,7 +3,8 @@
  * the ELF file: static binaries (no PT_INTERP: no preloading at all),
  * set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD for
  * them) and Go programs (their runtime makes system calls itself, even when
- * linked dynamically: a Go build-ID note). The policy says what to do
+ * linked dynamically: a Go build-ID note), and what each file is kept per
+ * inode while it stays unchanged (kind_of). The policy says what to do
  * ([programs]): refuse, or allow with a warning and a record; allowed ones
  * are confined to the writable roots by Landlock where the kernel has it,
  * so that they cannot write anywhere else. Landlock cannot except a
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include "shim.h"
 #include "../policy/policy.h"
@@ -48,49 +50,172 @@ static bool find_program(const char *file, char out[PATH_MAX])
 	return false;
 }
 
-/* What kind of opaque program PATH is, or -1. */
-static int opaque_kind(const char *path)
+/* The kind of the ELF file in BUF (N bytes of its start), or -1; *SHORT:
+ * a program header or note lay beyond N (more of the file could change the
+ * answer). */
+static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 {
-	unsigned char buf[8192];
 	Elf64_Ehdr eh;
-	struct stat st;
 	bool interp = false, go = false;
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0)
-		return -1;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return -1;
-	}
-	n = pread(fd, buf, sizeof(buf), 0);
-	close(fd);
-	if (st.st_mode & (S_ISUID | S_ISGID))
-		return PO_SETUID;
-	if (n < (ssize_t)sizeof(eh) || memcmp(buf, ELFMAG, SELFMAG) || buf[EI_CLASS] != ELFCLASS64)
+	*short_read = false;
+	if (n < sizeof(eh) || memcmp(buf, ELFMAG, SELFMAG) || buf[EI_CLASS] != ELFCLASS64)
 		return -1;      /* a script, or another class: the interpreter is checked */
 	memcpy(&eh, buf, sizeof(eh));
 	for (int i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
 		size_t off = eh.e_phoff + (size_t)i * sizeof(ph);
-		if (off + sizeof(ph) > (size_t)n)
+		if (off + sizeof(ph) > n) {
+			*short_read = true;
 			break;
+		}
 		memcpy(&ph, buf + off, sizeof(ph));
 		if (ph.p_type == PT_INTERP)
 			interp = true;
-		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz <= (size_t)n) {
+		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz > n)
+			*short_read = true;
+		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz <= n) {
 			/* the Go build ID: a note named "Go" */
 			for (size_t o = ph.p_offset; o + 12 <= ph.p_offset + ph.p_filesz;) {
 				Elf64_Nhdr nh;
 				memcpy(&nh, buf + o, sizeof(nh));
-				if (nh.n_namesz == 3 && o + 15 <= (size_t)n && !memcmp(buf + o + 12, "Go", 3))
+				if (nh.n_namesz == 3 && o + 15 > n)
+					*short_read = true;
+				if (nh.n_namesz == 3 && o + 15 <= n && !memcmp(buf + o + 12, "Go", 3))
 					go = true;
 				o += 12 + ((nh.n_namesz + 3) & ~3u) + ((nh.n_descsz + 3) & ~3u);
 			}
 		}
 	}
 	return !interp && eh.e_type == ET_EXEC ? PO_STATIC : go ? PO_GO : -1;
+}
+
+/* What kind of opaque program PATH is, or -1; *ST: the file's identity
+ * (st_ino 0 when the file could not be read). The first 8 KiB decide
+ * (the program headers and the notes in them); 1 KiB is read first, which
+ * holds them in most programs, and the rest only when the answer could
+ * depend on it. */
+static int opaque_kind(const char *path, struct stat *st)
+{
+	unsigned char buf[8192];
+	bool short_read;
+	ssize_t n, more;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), kind;
+
+	st->st_ino = 0;
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, st) < 0) {
+		st->st_ino = 0;
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		return -1;
+	}
+	if (st->st_mode & (S_ISUID | S_ISGID)) {
+		close(fd);
+		return PO_SETUID;
+	}
+	n = pread(fd, buf, 1024, 0);
+	kind = elf_kind(buf, n > 0 ? (size_t)n : 0, &short_read);
+	if (short_read && n == 1024 && (more = pread(fd, buf + n, sizeof(buf) - (size_t)n, n)) > 0)
+		kind = elf_kind(buf, (size_t)(n + more), &short_read);
+	close(fd);
+	return kind;
+}
+
+/*
+ * The kinds of the programs already looked at, by inode: the agent runs the
+ * same few programs again and again, and a look is four system calls (an
+ * open, an fstat, a read and a close) where the cache's check is one stat.
+ * An entry holds the file's identity when it was read: device, inode,
+ * mode, size, modification and change times. Any write, truncation, chmod,
+ * chown or rename over the file changes its change time (which no program
+ * can set), and a new file at the same inode has its own: a stat that
+ * matches the entry in every field is the file that was read. A change
+ * within the same clock tick as the file's last one would keep its change
+ * time (timestamps are coarse), so files changed less than two seconds
+ * before they are read are not kept (as git does for its racy index
+ * entries). Files that could not be opened are not kept either: that
+ * depends on who asks.
+ *
+ * Lock-free (exec hooks run in vfork children, on several threads and in
+ * signal handlers): each entry has a sequence number, odd while an entry is
+ * written; a reader that sees it odd or changed takes it as a miss.
+ */
+#define NKIND 64
+static struct kind_entry {
+	unsigned seq;
+	int kind;
+	dev_t dev;
+	ino_t ino;
+	mode_t mode;
+	off_t size;
+	struct timespec mtim, ctim;
+} kinds[NKIND];
+
+static struct kind_entry *kind_slot(const struct stat *st)
+{
+	uint64_t h = ((uint64_t)st->st_dev * 0x9e3779b97f4a7c15ull) ^ (uint64_t)st->st_ino;
+
+	return &kinds[(h * 0x9e3779b97f4a7c15ull) >> 58];
+}
+
+#define LD(f) __atomic_load_n(&e->f, __ATOMIC_RELAXED)
+#define ST(f, v) __atomic_store_n(&e->f, v, __ATOMIC_RELAXED)
+
+static bool kind_cached(const struct stat *st, int *kind)
+{
+	struct kind_entry *e = kind_slot(st);
+	unsigned seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+	bool same = !(seq & 1) && LD(ino) == st->st_ino && LD(dev) == st->st_dev && LD(mode) == st->st_mode &&
+		    LD(size) == st->st_size && LD(mtim.tv_sec) == st->st_mtim.tv_sec &&
+		    LD(mtim.tv_nsec) == st->st_mtim.tv_nsec && LD(ctim.tv_sec) == st->st_ctim.tv_sec &&
+		    LD(ctim.tv_nsec) == st->st_ctim.tv_nsec;
+
+	*kind = LD(kind);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return same && __atomic_load_n(&e->seq, __ATOMIC_RELAXED) == seq;
+}
+
+static void kind_keep(const struct stat *st, int kind)
+{
+	struct kind_entry *e = kind_slot(st);
+	struct timespec now;
+	unsigned seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+
+	if (!st->st_ino || clock_gettime(CLOCK_REALTIME, &now) || now.tv_sec - st->st_ctim.tv_sec < 2 ||
+	    now.tv_sec - st->st_mtim.tv_sec < 2)
+		return;
+	if ((seq & 1) || !__atomic_compare_exchange_n(&e->seq, &seq, seq + 1, false, __ATOMIC_ACQUIRE,
+						      __ATOMIC_RELAXED))
+		return;         /* another writer has it */
+	__atomic_thread_fence(__ATOMIC_RELEASE);        /* the odd number before the fields */
+	ST(kind, kind);
+	ST(dev, st->st_dev);
+	ST(ino, st->st_ino);
+	ST(mode, st->st_mode);
+	ST(size, st->st_size);
+	ST(mtim.tv_sec, st->st_mtim.tv_sec);
+	ST(mtim.tv_nsec, st->st_mtim.tv_nsec);
+	ST(ctim.tv_sec, st->st_ctim.tv_sec);
+	ST(ctim.tv_nsec, st->st_ctim.tv_nsec);
+	__atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* opaque_kind, from the cache when PATH's file is one already read. */
+static int kind_of(const char *path)
+{
+	struct stat st;
+	int kind;
+
+	if (stat(path, &st) == 0 && kind_cached(&st, &kind))
+		return kind;
+	kind = opaque_kind(path, &st);
+	kind_keep(&st, kind);
+	return kind;
 }
 
 static const char *const kind_name[PO_KINDS] = {
@@ -176,7 +301,7 @@ HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const a
 
 	if (!find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
 		return 0;
-	kind = opaque_kind(path);
+	kind = kind_of(path);
 	if (kind < 0)
 		return 0;
 	if (policy_opaque(pol, kind) == PO_REFUSE) {
