@@ -18,13 +18,29 @@
  *                        Bytes 512..4095: 896 u32 slots where a process that
  *                        is not a tool call leaves its transaction id
  *                        (slot id % 896) for the root to see at its reaping.
- *     log/S-PID.ftj      one append-only segment per writer (process, or
- *                        txreplay's own marks); S is the segment's first seq.
+ *     log/lane-K.ftj     shared segments (K = 000..255): each is written by
+ *                        one process at a time, as a run of records that
+ *                        begins with that process's J_SEGMENT record; a
+ *                        process takes a free one at its first record and
+ *                        gives it back before an exec and at exit (one that
+ *                        dies holding it leaves it to the next taker, who
+ *                        goes on with its chain only if its length is the
+ *                        one the owner last left: else a torn tail stays at
+ *                        its end and nobody appends to it again). Most
+ *                        processes write a few records: a file of their own
+ *                        each was most of what a short program cost.
+ *     log/S-PID.ftj      a segment of one writer's own (all 256 lanes busy,
+ *                        or a session made before lanes); S is its first seq.
  *     reserve            up to 128 KiB of allocated space (less on a small
  *                        filesystem), freed by txreplay to write its rewind
  *                        marks when the filesystem is full
  *     locks              1024 robust process-shared mutexes (locks.c): a
- *                        writer holds its paths' locks from capture to change
+ *                        writer holds its paths' locks from capture to change;
+ *                        then, from the next 4096-byte boundary, the lanes'
+ *                        table: 256 x { u32 owner pid (0: free), u32 state
+ *                        (0 no file yet, 1 open, 2 given up), u64 length after
+ *                        the owner's last whole record }. A locks file without
+ *                        the table (an older session) means no lanes.
  *     objects/D/S.gz     a large pre-image, gzip framed (zcat reads it)
  *     objects/D/S.ino    a preserved inode: a hard link to a removed file
  *

@@ -24,6 +24,7 @@ uint32_t jseed(const uint8_t salt[J_SALT_LEN]);
 int  jwrite_all(int fd, const void *p, size_t n);
 int  jlocks_create(int dfd);
 int  jlocks_map(struct jsession *s);
+size_t jlocks_size(void);
 int  jfd_high(int fd);
 
 #endif

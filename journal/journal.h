@@ -34,6 +34,7 @@ struct jsession {
 	uint32_t features;             /* JI_* of the session file's header */
 	unsigned flags;                /* JS_* */
 	pthread_mutex_t *locks;        /* the path locks (locks.c), or NULL */
+	struct jlane *lanes;           /* the shared segments' table (locks.c), or NULL */
 };
 
 /* What the session file records about its creator. */
@@ -72,6 +73,16 @@ uint32_t jsession_next_txn(struct jsession *s);
 /* Path locks (locks.c): held from a capture until its change is made, so
  * that the records of one path are in the order of its changes. */
 #define JL_STRIPES 1024
+/* Shared segments (writer.c): log/lane-K.ftj, each written by one process
+ * at a time; the table of their owners follows the path locks in the locks
+ * file (format.h). */
+#define JL_LANES 256
+struct jlane {
+	uint32_t owner;                /* pid of the process writing it; 0: free */
+	uint32_t state;                /* JL_NONE, JL_OPEN or JL_BROKEN */
+	uint64_t end;                  /* its length after the owner's last record */
+};
+enum { JL_NONE, JL_OPEN, JL_BROKEN };
 #define JL_MAX 4
 struct jlockset {
 	struct jsession *s;
@@ -113,10 +124,16 @@ struct jseg {
 	pthread_mutex_t lock;          /* in-process only: orders seq, chain and write */
 	uint64_t first_seq;
 	uint64_t end;                  /* bytes written: where the next record goes */
+	int lane;                      /* the shared segment it writes, -1: a file of its own */
 };
 
-/* Create this process's segment (log/SEQ-PID.ftj) and write its J_SEGMENT
- * record. ARGV may be NULL. */
+/* Take a free shared segment (log/lane-K.ftj), or create this process's
+ * own (log/SEQ-PID.ftj) when none is free, and write its J_SEGMENT record
+ * (this process's runs of records in a shared segment each begin with one).
+ * ARGV may be NULL. jseg_close gives a shared segment back when this
+ * process holds it (not in a fork child that inherited it): call it before
+ * an exec, since the new program knows nothing of it; a process that dies
+ * holding one leaves it to the next taker, who checks its length. */
 int  jseg_open(struct jseg *g, struct jsession *s, char *const *argv);
 void jseg_close(struct jseg *g);
 /* Stamp B with a fresh seq and the time, frame it, chain it, append it (and

@@ -15,10 +15,18 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "internal.h"
 
-#define JL_FILE_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
+#define JL_MUTEX_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
+#define JL_LANES_OFF  ((JL_MUTEX_SIZE + 4095) & ~(size_t)4095)
+#define JL_FILE_SIZE  (JL_LANES_OFF + JL_LANES * sizeof(struct jlane))
+
+size_t jlocks_size(void)
+{
+	return JL_FILE_SIZE;
+}
 
 /* The file is written (not made sparse and mapped): a full filesystem then
  * fails the creation with ENOSPC instead of a SIGBUS at a later lock. An
@@ -45,22 +53,37 @@ int jlocks_create(int dfd)
 		unsigned k = JL_STRIPES - i < PER ? JL_STRIPES - i : PER;
 		err = jwrite_all(fd, m, k * sizeof(m[0]));
 	}
+	/* the shared segments' table, all free (zero), on a page of its own */
+	memset(m, 0, sizeof(m));
+	for (size_t off = JL_MUTEX_SIZE; off < JL_FILE_SIZE && !err;) {
+		size_t k = JL_FILE_SIZE - off < sizeof(m) ? JL_FILE_SIZE - off : sizeof(m);
+		err = jwrite_all(fd, m, k);
+		off += k;
+	}
 	close(fd);
 	return err;
 }
 
+/* A locks file of an older session has no table of shared segments: its
+ * processes each write a segment of their own. */
 int jlocks_map(struct jsession *s)
 {
 	int fd = openat(s->dirfd, "locks", O_RDWR | O_CLOEXEC);
+	struct stat st;
 	void *m;
 
 	if (fd < 0)
 		return -errno;
+	if (fstat(fd, &st) < 0 || st.st_size < (off_t)JL_MUTEX_SIZE) {
+		close(fd);
+		return -EPROTO;
+	}
 	m = mmap(NULL, JL_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return -errno;
 	s->locks = m;
+	s->lanes = st.st_size >= (off_t)JL_FILE_SIZE ? (struct jlane *)((char *)m + JL_LANES_OFF) : NULL;
 	return 0;
 }
 

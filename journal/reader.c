@@ -216,9 +216,10 @@ static size_t scan(struct jreader *r, const char *name, const uint8_t *p, size_t
 			off += J_FRAME_HDR + len;
 			continue;
 		}
-		if (kind == J_KIND_SEGMENT && kept == 0) {
-			if (c.type != J_SEGMENT)
-				damage(r, name, off, false, "segment does not start with a segment record");
+		if (kind == J_KIND_SEGMENT && kept == 0 && c.type != J_SEGMENT)
+			damage(r, name, off, false, "segment does not start with a segment record");
+		if (kind == J_KIND_SEGMENT && c.type == J_SEGMENT) {
+			/* a shared segment holds one run of records per writer */
 			jrec_u32(&c, F_PID, &pid);
 			jrec_u32(&c, F_PPID, &ppid);
 		}

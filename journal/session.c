@@ -329,9 +329,10 @@ void jsession_close(struct jsession *s)
 	if (s->ctr)
 		munmap(s->ctr, J_SEQ_FILE_SIZE);
 	if (s->locks)
-		munmap(s->locks, JL_STRIPES * sizeof(pthread_mutex_t));
+		munmap(s->locks, jlocks_size());
 	s->ctr = NULL;
 	s->locks = NULL;
+	s->lanes = NULL;
 	if (s->dirfd >= 0)
 		close(s->dirfd);
 	if (s->logfd >= 0)

@@ -6,6 +6,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
@@ -171,6 +173,120 @@ int jfd_high(int fd)
 	return h;
 }
 
+/* The J_SEGMENT record that starts this process's records (in its own
+ * segment, or its run in a shared one), built into BUF. */
+static void segment_record(struct jbuild *b, uint8_t *buf, size_t cap, pid_t pid, char *const *argv)
+{
+	jb_init(b, buf, cap, J_SEGMENT, 0, 0);
+	jb_u32(b, F_PID, (uint32_t)pid);
+	jb_u32(b, F_PPID, (uint32_t)getppid());
+	if (argv) {
+		jb_argv(b, F_ARGV, argv);
+		if (b->overflow) {      /* an enormous argv: keep the program name */
+			char *const a0[] = { argv[0], NULL };
+			jb_init(b, buf, cap, J_SEGMENT, 0, 0);
+			jb_u32(b, F_PID, (uint32_t)pid);
+			jb_u32(b, F_PPID, (uint32_t)getppid());
+			jb_argv(b, F_ARGV, a0);
+		}
+	}
+}
+
+static void lane_name(char name[32], int k)
+{
+	snprintf(name, 32, "lane-%03d.ftj", k);
+}
+
+/* Give a lane up for good (its file could not be used, or may end in a
+ * partial record): nobody takes it again. */
+static void lane_break(struct jlane *l)
+{
+	__atomic_store_n(&l->state, JL_BROKEN, __ATOMIC_RELEASE);
+	__atomic_store_n(&l->owner, 0, __ATOMIC_RELEASE);
+}
+
+/* Open lane K, just taken, for appending: its file created with a header
+ * when it has none, else its length checked against the one its last owner
+ * left. A lane whose owner died in the middle of a record (its file longer
+ * than that) is not used again: its torn tail stays where the reader expects
+ * one, at the end of a file nobody appends to. On success G writes after the
+ * last record, and its chain goes on from it. */
+static int lane_open(struct jseg *g, struct jsession *s, int k)
+{
+	struct jlane *l = &s->lanes[k];
+	uint8_t hdr[J_FILE_HDR];
+	char name[32];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	lane_name(name, k);
+	if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_NONE) {
+		fd = openat(s->logfd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+		if (fd < 0)
+			return -errno;  /* EEXIST: a taker died before marking it open */
+		fd = jfd_high(fd);
+		jfile_header(hdr, s->salt, J_KIND_SEGMENT);
+		if (jwrite_all(fd, hdr, sizeof(hdr)) < 0 ||
+		    ((s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(s->logfd) < 0))) {
+			close(fd);
+			return -EIO;
+		}
+		jchain_start(g->link, s->salt, hdr);
+		g->end = sizeof(hdr);
+		__atomic_store_n(&l->end, g->end, __ATOMIC_RELEASE);
+		__atomic_store_n(&l->state, JL_OPEN, __ATOMIC_RELEASE);
+		g->fd = fd;
+		return 0;
+	}
+	fd = openat(s->logfd, name, O_RDWR | O_APPEND | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	fd = jfd_high(fd);
+	g->end = __atomic_load_n(&l->end, __ATOMIC_ACQUIRE);
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != g->end || g->end < J_FILE_HDR + J_LINK_LEN) {
+		close(fd);
+		return -EPROTO;
+	}
+	/* the last record ends with its link: the chain goes on from it */
+	n = pread(fd, g->link, J_LINK_LEN, (off_t)(g->end - J_LINK_LEN));
+	if (n != J_LINK_LEN) {
+		close(fd);
+		return -EIO;
+	}
+	g->fd = fd;
+	return 0;
+}
+
+/* PID holds no lane any more: it is gone, or it is this process (an
+ * earlier program of it held the lane before an exec). */
+static bool owner_gone(uint32_t pid)
+{
+	return pid == (uint32_t)getpid() || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
+}
+
+/* Take a free lane (or one whose owner is gone) and open it: its index, or
+ * -1 when none could be had. */
+static int lane_take(struct jseg *g, struct jsession *s)
+{
+	uint32_t me = (uint32_t)getpid();
+
+	for (int k = 0; k < JL_LANES; k++) {
+		struct jlane *l = &s->lanes[k];
+		uint32_t o = __atomic_load_n(&l->owner, __ATOMIC_ACQUIRE);
+
+		if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_BROKEN || (o && !owner_gone(o)) ||
+		    !__atomic_compare_exchange_n(&l->owner, &o, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			continue;
+		if (lane_open(g, s, k) == 0)
+			return k;
+		lane_break(l);
+	}
+	return -1;
+}
+
+/* This process's records after G's: in a shared segment, its J_SEGMENT
+ * record first; else in a new segment of its own. */
 int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 {
 	uint8_t hdr[J_FILE_HDR], buf[4096];
@@ -188,7 +304,27 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	memset(g, 0, sizeof(*g));
 	g->s = s;
 	g->fd = -1;
+	g->lane = -1;
 	g->pid = getpid();
+	if (s->lanes && (g->lane = lane_take(g, s)) >= 0) {
+		g->first_seq = jsession_next_seq(s);
+		segment_record(&b, buf, sizeof(buf), g->pid, argv);
+		err = jframe(s, g->link, &b, g->first_seq, jnow_ns());
+		if (!err)
+			err = jwrite_all(g->fd, b.buf, b.len);
+		if (!err && (s->flags & JS_DURABLE) && fdatasync(g->fd) < 0)
+			err = -errno;
+		if (!err) {
+			g->end += b.len;
+			__atomic_store_n(&s->lanes[g->lane].end, g->end, __ATOMIC_RELEASE);
+			pthread_mutex_init(&g->lock, NULL);
+			return 0;
+		}
+		close(g->fd);           /* a partial record may be there: nobody appends after it */
+		g->fd = -1;
+		lane_break(&s->lanes[g->lane]);
+		g->lane = -1;
+	}
 	g->first_seq = jsession_next_seq(s);
 	snprintf(name, sizeof(name), "%llu-%d.ftj", (unsigned long long)g->first_seq, (int)g->pid);
 	fd = openat(s->logfd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
@@ -197,19 +333,7 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	fd = jfd_high(fd);
 	jfile_header(hdr, s->salt, J_KIND_SEGMENT, s->features);
 	jchain_start(g->link, s->salt, hdr);
-	jb_init(&b, buf, sizeof(buf), J_SEGMENT, 0, 0);
-	jb_u32(&b, F_PID, (uint32_t)g->pid);
-	jb_u32(&b, F_PPID, (uint32_t)getppid());
-	if (argv) {
-		jb_argv(&b, F_ARGV, argv);
-		if (b.overflow) {       /* an enormous argv: keep the program name */
-			char *const a0[] = { argv[0], NULL };
-			jb_init(&b, buf, sizeof(buf), J_SEGMENT, 0, 0);
-			jb_u32(&b, F_PID, (uint32_t)g->pid);
-			jb_u32(&b, F_PPID, (uint32_t)getppid());
-			jb_argv(&b, F_ARGV, a0);
-		}
-	}
+	segment_record(&b, buf, sizeof(buf), g->pid, argv);
 	err = jframe(s, g->link, &b, g->first_seq, jnow_ns());
 	if (!err)
 		err = jwrite_all(fd, hdr, sizeof(hdr));
@@ -233,6 +357,14 @@ void jseg_close(struct jseg *g)
 	if (g->fd >= 0)
 		close(g->fd);
 	g->fd = -1;
+	if (g->lane >= 0 && g->pid == getpid()) {
+		uint32_t me = (uint32_t)g->pid;
+
+		/* its length is current (append_locked keeps it): free it */
+		__atomic_compare_exchange_n(&g->s->lanes[g->lane].owner, &me, 0, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
+	}
+	g->lane = -1;
 }
 
 /* Called with g->lock held. */
@@ -262,6 +394,8 @@ static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq)
 		return err;
 	}
 	g->end += b->len;       /* this process is the segment's only writer */
+	if (g->lane >= 0)       /* what the lane's next taker checks its length against */
+		__atomic_store_n(&g->s->lanes[g->lane].end, g->end, __ATOMIC_RELEASE);
 	return 0;
 }
 

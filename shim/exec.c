@@ -279,10 +279,12 @@ static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[], 
 /* Just before the real exec. */
 static void exec_leave(struct hook_ctx *c)
 {
-	if (txn_vfork_child())
+	if (txn_vfork_child()) {
 		errno = c->saved_errno;
-	else
+	} else {
+		shim_segment_release();
 		hook_leave(c);
+	}
 }
 
 EXPORT int execve(const char *p, char *const a[], char *const e[])

@@ -147,6 +147,7 @@ struct shim_state {
 };
 extern HIDDEN struct shim_state shim;
 HIDDEN int shim_segment(struct jseg **g);
+HIDDEN void shim_segment_release(void);
 HIDDEN bool shim_session(void);
 /* Release the path locks a pre-change check took (after the real call). */
 HIDDEN void shim_unlock(void);

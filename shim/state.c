@@ -272,6 +272,29 @@ HIDDEN int shim_segment(struct jseg **g)
 	return err;
 }
 
+/* Before an exec (the new program knows nothing of it) and at exit: give
+ * a shared segment back (journal.h); the next record takes one again. Not
+ * in a vfork child, which writes its parent's. */
+HIDDEN void shim_segment_release(void)
+{
+	if (!shim.seg_open)
+		return;
+	pthread_mutex_lock(&seg_lock);
+	if (shim.seg_open && shim.seg_pid == shim_pid() && shim.g.lane >= 0) {
+		pthread_mutex_lock(&shim.g.lock);       /* no other thread mid-record */
+		jseg_close(&shim.g);
+		pthread_mutex_unlock(&shim.g.lock);
+		shim.seg_open = false;
+	}
+	pthread_mutex_unlock(&seg_lock);
+}
+
+__attribute__((destructor)) static void shim_dtor(void)
+{
+	if (shim_ready && !txn_vfork_child())
+		shim_segment_release();
+}
+
 HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
 		       const char *rule, int err)
 {

@@ -154,6 +154,15 @@ static int op_end(struct drive *d, int argc, char **argv)
 	return append(d, &b);
 }
 
+static int op_pid(struct drive *d, int argc, char **argv)
+{
+	(void)d;
+	(void)argc;
+	(void)argv;
+	printf("pid %d\n", (int)getpid());
+	return OK;
+}
+
 static int exec_record(struct drive *d, char **v)
 {
 	struct jbuild b;
@@ -458,6 +467,7 @@ static const struct op ops[] = {
 	{ "link",     2, 2,  "pp",   op_link,      "link FROM TO" },
 	{ "mkdir",    1, 2,  "po",   op_mkdir,     "mkdir PATH [MODE]" },
 	{ "mkfifo",   1, 2,  "po",   op_mkfifo,    "mkfifo PATH [MODE]" },
+	{ "pid",      0, 0,  "",     op_pid,       "pid" },
 	{ "put",      2, 2,  "ps",   op_put,       "put PATH DATA" },
 	{ "refuse",   2, 3,  "ssp",  op_refuse,    "refuse OP RULE [PATH]" },
 	{ "rename",   2, 3,  "ppf",  op_rename,    "rename FROM TO [noreplace|exchange]" },

@@ -40,9 +40,10 @@ def torn_scenario(base):
     small_tree(s)
     before = s.snap()
     n = begun_txn(s.jd(["begin", "agent"], *txn_ops()))
-    known = set(segments(s.sess))
+    known = {p: os.path.getsize(p) for p in segments(s.sess)}
     s.jd(["txn", str(n)], ["rmdir", "d"], rc=1)
-    (seg,) = set(segments(s.sess)) - known
+    # the segment the last writer wrote: a new one, or a shared one it took
+    (seg,) = [p for p in segments(s.sess) if os.path.getsize(p) != known.get(p)]
     last = frames(seg)[1][-1]
     return s, before, seg, last
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from conftest import (FILE_HDR, F, assert_same, frame_crc, frames, fsb, header_with, log_records, salt_of,
-                      segments)
+from conftest import (FILE_HDR, F, assert_same, begun_txn, frame_crc, frames, fsb, header_with, log_records,
+                      salt_of, segments)
 
 
 def records(recs, op, path=None):
@@ -30,7 +30,7 @@ def journaled(populated):
     s.t0 = time.time_ns()
     s.begin_argv = ["agent", "--flag", b"arg\xff"]
     s.exec_argv = ["/bin/echo", "hi there", b"\xfe", ""]
-    proc = s.jd(["begin", *s.begin_argv],
+    proc = s.jd(["pid"], ["begin", *s.begin_argv],
                 ["exec", *s.exec_argv],
                 ["refuse", "unlink", "journal is off limits", "secret"],
                 ["put", "new", "x"],
@@ -41,10 +41,9 @@ def journaled(populated):
                 ["chmod", "script.sh", "700"],
                 ["end", "3"])
     s.t1 = time.time_ns()
-    s.n = int(proc.stdout.split()[1])
+    s.n = begun_txn(proc)
     s.recs = s.log()
-    (seg,) = segments(s.sess)
-    s.pid = int(os.path.basename(seg).split(b"-")[1].split(b".")[0])
+    s.pid = int(proc.stdout.split()[1])       # "pid N"
     return s
 
 

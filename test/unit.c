@@ -46,6 +46,15 @@ static const char *sdir(void)
 	return p;
 }
 
+/* The file G writes: a shared segment (lane) or one of its own. */
+static void seg_path(char *out, size_t n, const struct jseg *g)
+{
+	if (g->lane >= 0)
+		snprintf(out, n, "%s/log/lane-%03d.ftj", sdir(), g->lane);
+	else
+		snprintf(out, n, "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g->first_seq, (int)g->pid);
+}
+
 static void open_session(struct jsession *s, struct jseg *g)
 {
 	char *argv[] = { "unit", NULL };
@@ -277,9 +286,127 @@ static void test_concurrent_creators_and_writers_agree(void **state)
 	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
 	assert_int_equal(r.ndmg, 0);
 	assert_int_equal(r.nrec, NPROC * (NREC + 1));
-	assert_int_equal(r.nheads, NPROC);
+	/* shared segments: as many as ran at once, at most one per writer */
+	assert_true(r.nheads >= 1 && r.nheads <= NPROC);
 	for (size_t i = 1; i < r.nrec; i++)
 		assert_true(r.rec[i].seq > r.rec[i - 1].seq);
+	/* every record is its writer's: the pid of its run's J_SEGMENT record,
+	 * and each writer's records carry its own transaction id */
+	uint32_t pid_of[NPROC + 1] = { 0 };
+	for (size_t i = 0; i < r.nrec; i++) {
+		const struct jrecord *c = &r.rec[i];
+		if (c->type != J_EXEC)
+			continue;
+		assert_true(c->txn >= 1 && c->txn <= NPROC);
+		if (!pid_of[c->txn])
+			pid_of[c->txn] = c->pid;
+		assert_int_equal(c->pid, pid_of[c->txn]);
+	}
+	for (int i = 1; i <= NPROC; i++)
+		for (int k = i + 1; k <= NPROC; k++)
+			assert_int_not_equal(pid_of[i], pid_of[k]);
+	jreader_close(&r);
+}
+
+/* A writer that dies holding a shared segment between two records leaves it
+ * to the next one, whose records follow in the same chain; one that dies in
+ * the middle of a record (the file longer than its last record) leaves a
+ * torn tail nobody appends to: the next writer takes another segment. */
+static void test_shared_segment_of_a_dead_writer(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jbuild b;
+	struct jreader r;
+	uint8_t buf[512];
+	char err[256], path[400];
+	int status, lane0 = -1;
+
+	(void)state;
+	for (int round = 0; round < 2; round++) {
+		int pfd[2];
+
+		assert_int_equal(pipe(pfd), 0);
+		if (fork() == 0) {
+			open_session(&s, &g);
+			jb_init(&b, buf, sizeof(buf), J_EXEC, 0, (uint32_t)round + 1);
+			jb_str(&b, F_PATH, "/bin/true");
+			if (jseg_append(&g, &b, NULL) || write(pfd[1], &g.lane, sizeof(g.lane)) != sizeof(g.lane))
+				_exit(1);
+			_exit(0);       /* no jseg_close: it dies holding the segment */
+		}
+		int lane = -2;
+		assert_int_equal(read(pfd[0], &lane, sizeof(lane)), sizeof(lane));
+		close(pfd[0]);
+		close(pfd[1]);
+		assert_int_not_equal(wait(&status), -1);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		assert_true(lane >= 0);
+		if (round == 0)
+			lane0 = lane;
+		else
+			assert_int_equal(lane, lane0);  /* taken over from the dead writer */
+	}
+	/* the third dies in the middle of a record: bytes past its last one */
+	snprintf(path, sizeof(path), "%s/log/lane-%03d.ftj", sdir(), lane0);
+	int fd = open(path, O_WRONLY | O_APPEND);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "torn", 4), 4);
+	close(fd);
+	open_session(&s, &g);
+	assert_true(g.lane >= 0 && g.lane != lane0);
+	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, 9);
+	jb_str(&b, F_PATH, "/bin/false");
+	assert_int_equal(jseg_append(&g, &b, NULL), 0);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.nrec, 6);    /* 3 segment records, 3 exec records */
+	assert_int_equal(r.ndmg, 1);    /* the torn tail, and nothing else */
+	assert_true(r.dmg[0].tail);
+	size_t execs = 0;
+	for (size_t i = 0; i < r.nrec; i++)
+		if (r.rec[i].type == J_EXEC) {
+			/* the dead writers' records are theirs, the last one's this process's */
+			if (r.rec[i].txn == 9)
+				assert_int_equal(r.rec[i].pid, (uint32_t)getpid());
+			else
+				assert_int_not_equal(r.rec[i].pid, (uint32_t)getpid());
+			execs++;
+		}
+	assert_int_equal(execs, 3);
+	jreader_close(&r);
+}
+
+/* A session made before shared segments (its locks file ends after the
+ * mutexes) still takes writers: each gets a segment of its own. */
+static void test_session_without_shared_segments(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jbuild b;
+	struct jreader r;
+	uint8_t buf[512];
+	char err[256], path[400];
+
+	(void)state;
+	open_session(&s, &g);
+	jseg_close(&g);
+	jsession_close(&s);
+	snprintf(path, sizeof(path), "%s/locks", sdir());
+	assert_int_equal(truncate(path, JL_STRIPES * sizeof(pthread_mutex_t)), 0);
+	open_session(&s, &g);
+	assert_int_equal(g.lane, -1);
+	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, 1);
+	jb_str(&b, F_PATH, "/bin/true");
+	assert_int_equal(jseg_append(&g, &b, NULL), 0);
+	seg_path(path, sizeof(path), &g);
+	assert_int_equal(access(path, F_OK), 0);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(r.nrec, 3);
 	jreader_close(&r);
 }
 
@@ -493,7 +620,7 @@ static void test_torn_tail_keeps_every_record_before_it(void **state)
 		jb_str(&b, F_PATH, "/bin/true");
 		assert_int_equal(jseg_append(&g, &b, NULL), 0);
 	}
-	snprintf(seg, sizeof(seg), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	seg_path(seg, sizeof(seg), &g);
 	jseg_close(&g);
 	jsession_close(&s);
 	assert_int_equal(stat(seg, &st), 0);
@@ -521,6 +648,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_record_too_large_is_refused_and_not_written, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_content_round_trips_stored_and_zlib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent_creators_and_writers_agree, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_segment_of_a_dead_writer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_session_without_shared_segments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_version_is_refused_with_a_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_new_session_and_its_segments_have_the_current_features, setup,
 						teardown),
