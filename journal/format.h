@@ -37,10 +37,11 @@
  *     locks              1024 robust process-shared mutexes (locks.c): a
  *                        writer holds its paths' locks from capture to change;
  *                        then, from the next 4096-byte boundary, the lanes'
- *                        table: 256 x { u32 owner pid (0: free), u32 state
- *                        (0 no file yet, 1 open, 2 given up), u64 length after
- *                        the owner's last whole record }. A locks file without
- *                        the table (an older session) means no lanes.
+ *                        table: 256 x 32 bytes { u64 owner (its pid namespace's
+ *                        inode << 32 | its pid; 0: free), u64 length after the
+ *                        owner's last whole record, u32 state (0 no file yet,
+ *                        1 open, 2 given up), 12 bytes zero }. A locks file
+ *                        without the table (an older session) means no lanes.
  *     objects/D/S.gz     a large pre-image, gzip framed (zcat reads it)
  *     objects/D/S.ino    a preserved inode: a hard link to a removed file
  *

@@ -78,9 +78,10 @@ uint32_t jsession_next_txn(struct jsession *s);
  * file (format.h). */
 #define JL_LANES 256
 struct jlane {
-	uint32_t owner;                /* pid of the process writing it; 0: free */
-	uint32_t state;                /* JL_NONE, JL_OPEN or JL_BROKEN */
+	uint64_t owner;                /* pid namespace << 32 | pid of its writer; 0: free */
 	uint64_t end;                  /* its length after the owner's last record */
+	uint32_t state;                /* JL_NONE, JL_OPEN or JL_BROKEN */
+	uint32_t pad[3];
 };
 enum { JL_NONE, JL_OPEN, JL_BROKEN };
 #define JL_MAX 4
@@ -125,6 +126,7 @@ struct jseg {
 	uint64_t first_seq;
 	uint64_t end;                  /* bytes written: where the next record goes */
 	int lane;                      /* the shared segment it writes, -1: a file of its own */
+	uint64_t owner;                /* its owner word in the lanes' table */
 };
 
 /* Take a free shared segment (log/lane-K.ftj), or create this process's

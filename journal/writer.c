@@ -258,28 +258,46 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 	return 0;
 }
 
-/* PID holds no lane any more: it is gone, or it is this process (an
- * earlier program of it held the lane before an exec). */
-static bool owner_gone(uint32_t pid)
+/* Who takes a lane: this process's pid, with its pid namespace (the inode
+ * of /proc/self/ns/pid; 0 without /proc), so that a process in another
+ * namespace, where the same number is another process or none, never takes
+ * a lane from a live writer it cannot see. */
+static uint64_t owner_id(void)
 {
-	return pid == (uint32_t)getpid() || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
+	struct stat st;
+	uint64_t ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+
+	return ns << 32 | (uint32_t)getpid();
+}
+
+/* The lane's owner O holds it no more: gone from this namespace, or this
+ * very process (an earlier program of it held the lane before an exec). */
+static bool owner_gone(uint64_t o, uint64_t me)
+{
+	pid_t pid = (pid_t)(uint32_t)o;
+
+	if (o >> 32 != me >> 32)
+		return false;   /* another namespace: there is no telling */
+	return o == me || (kill(pid, 0) < 0 && errno == ESRCH);
 }
 
 /* Take a free lane (or one whose owner is gone) and open it: its index, or
  * -1 when none could be had. */
 static int lane_take(struct jseg *g, struct jsession *s)
 {
-	uint32_t me = (uint32_t)getpid();
+	uint64_t me = owner_id();
 
 	for (int k = 0; k < JL_LANES; k++) {
 		struct jlane *l = &s->lanes[k];
-		uint32_t o = __atomic_load_n(&l->owner, __ATOMIC_ACQUIRE);
+		uint64_t o = __atomic_load_n(&l->owner, __ATOMIC_ACQUIRE);
 
-		if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_BROKEN || (o && !owner_gone(o)) ||
+		if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_BROKEN || (o && !owner_gone(o, me)) ||
 		    !__atomic_compare_exchange_n(&l->owner, &o, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
-		if (lane_open(g, s, k) == 0)
+		if (lane_open(g, s, k) == 0) {
+			g->owner = me;
 			return k;
+		}
 		lane_break(l);
 	}
 	return -1;
@@ -358,7 +376,7 @@ void jseg_close(struct jseg *g)
 		close(g->fd);
 	g->fd = -1;
 	if (g->lane >= 0 && g->pid == getpid()) {
-		uint32_t me = (uint32_t)g->pid;
+		uint64_t me = g->owner;
 
 		/* its length is current (append_locked keeps it): free it */
 		__atomic_compare_exchange_n(&g->s->lanes[g->lane].owner, &me, 0, false, __ATOMIC_ACQ_REL,

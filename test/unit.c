@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -378,6 +379,50 @@ static void test_shared_segment_of_a_dead_writer(void **state)
 	jreader_close(&r);
 }
 
+/* A writer in another pid namespace, where the number of a live lane
+ * owner is nobody (or somebody else), never takes that lane. */
+static void test_shared_segment_across_pid_namespaces(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	int pfd[2], status, lane = -2;
+
+	(void)state;
+	open_session(&s, &g);           /* this process holds its lane */
+	assert_true(g.lane >= 0);
+	assert_int_equal(pipe(pfd), 0);
+	pid_t c = fork();
+	if (c == 0) {
+		if (unshare(CLONE_NEWPID) < 0) {
+			int skip = -3;
+			_exit(write(pfd[1], &skip, sizeof(skip)) == sizeof(skip) ? 0 : 1);
+		}
+		pid_t gc = fork();
+		if (gc == 0) {
+			struct jsession s2;
+			struct jseg g2;
+			open_session(&s2, &g2);
+			_exit(write(pfd[1], &g2.lane, sizeof(g2.lane)) == sizeof(g2.lane) ? 0 : 1);
+		}
+		int st;
+		_exit(waitpid(gc, &st, 0) == gc && WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+	}
+	assert_int_equal(read(pfd[0], &lane, sizeof(lane)), sizeof(lane));
+	assert_int_equal(waitpid(c, &status, 0), c);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(pfd[0]);
+	close(pfd[1]);
+	if (lane == -3) {
+		jseg_close(&g);
+		jsession_close(&s);
+		skip();
+	}
+	assert_true(lane >= 0);
+	assert_int_not_equal(lane, g.lane);
+	jseg_close(&g);
+	jsession_close(&s);
+}
+
 /* A session made before shared segments (its locks file ends after the
  * mutexes) still takes writers: each gets a segment of its own. */
 static void test_session_without_shared_segments(void **state)
@@ -650,6 +695,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_concurrent_creators_and_writers_agree, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_segment_of_a_dead_writer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_without_shared_segments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_segment_across_pid_namespaces, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_version_is_refused_with_a_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_new_session_and_its_segments_have_the_current_features, setup,
 						teardown),
