@@ -41,7 +41,8 @@
  *                        inode << 32 | its pid; 0: free), u64 length after the
  *                        owner's last whole record, u32 state (0 no file yet,
  *                        1 open, 2 given up), 12 bytes zero }. A locks file
- *                        without the table (an older session) means no lanes.
+ *                        without the table, or a session without JI_LANES (an
+ *                        older one), means no lanes.
  *     objects/D/S.gz     a large pre-image, gzip framed (zcat reads it)
  *     objects/D/S.ino    a preserved inode: a hard link to a removed file
  *
@@ -144,8 +145,9 @@
  * test suite sets it as the feature of a newer ftsbx that must be refused. */
 #define JI_OBJDIRS      0x00000002u     /* objects/D/S.EXT, D = S / J_OBJ_FANOUT (else objects/S.EXT) */
 #define JI_INODE_XATTRS 0x00000004u     /* a J_REMOVE may carry JR_INODE_XATTRS */
-#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS)
-#define JI_NEW          (JI_OBJDIRS | JI_INODE_XATTRS)  /* what a new session gets */
+#define JI_LANES        0x00000008u     /* log/lane-K.ftj: a segment may hold several writers' runs */
+#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES)
+#define JI_NEW          (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES)       /* what a new session gets */
 
 /* Record types. Each lists its fields; [opt] marks optional ones. */
 enum jtype {

@@ -83,7 +83,8 @@ int jlocks_map(struct jsession *s)
 	if (m == MAP_FAILED)
 		return -errno;
 	s->locks = m;
-	s->lanes = st.st_size >= (off_t)JL_FILE_SIZE ? (struct jlane *)((char *)m + JL_LANES_OFF) : NULL;
+	s->lanes = (s->features & JI_LANES) && st.st_size >= (off_t)JL_FILE_SIZE ?
+		   (struct jlane *)((char *)m + JL_LANES_OFF) : NULL;
 	return 0;
 }
 

@@ -226,7 +226,7 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 		if (fd < 0)
 			return -errno;  /* EEXIST: a taker died before marking it open */
 		fd = jfd_high(fd);
-		jfile_header(hdr, s->salt, J_KIND_SEGMENT);
+		jfile_header(hdr, s->salt, J_KIND_SEGMENT, s->features);
 		if (jwrite_all(fd, hdr, sizeof(hdr)) < 0 ||
 		    ((s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(s->logfd) < 0))) {
 			close(fd);

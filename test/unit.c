@@ -524,7 +524,7 @@ static void test_new_session_and_its_segments_have_the_current_features(void **s
 	(void)state;
 	open_session(&s, &g);
 	assert_int_equal(s.features, JI_NEW);
-	snprintf(path, sizeof(path), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	seg_path(path, sizeof(path), &g);
 	assert_int_equal(header_features(path), JI_NEW);
 	jseg_close(&g);
 	jsession_close(&s);
@@ -554,7 +554,7 @@ static void test_session_without_features_keeps_them_off(void **state)
 	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
 	assert_int_equal(s.features, 0);
 	assert_int_equal(jseg_open(&g, &s, NULL), 0);
-	snprintf(path, sizeof(path), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	seg_path(path, sizeof(path), &g);
 	assert_int_equal(header_features(path), 0);
 	jseg_close(&g);
 	jsession_close(&s);
@@ -595,7 +595,7 @@ static void test_segment_with_other_features_is_damage(void **state)
 
 	(void)state;
 	open_session(&s, &g);
-	snprintf(path, sizeof(path), "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g.first_seq, (int)getpid());
+	seg_path(path, sizeof(path), &g);
 	jseg_close(&g);
 	jsession_close(&s);
 	set_header_features(path, 0);
