@@ -27,6 +27,7 @@
 
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
 HIDDEN bool shim_ready HOT_DATA;
+HIDDEN void shim_atfork(void);
 HIDDEN struct shim_state shim;
 static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -231,6 +232,7 @@ HIDDEN bool shim_session(void)
 		open_root_session();    /* in the constructor: one thread */
 	if (shim.session_open)
 		return true;
+	shim_atfork();
 	pthread_mutex_lock(&seg_lock);
 	if (!shim.session_open)
 		open_session();
@@ -242,8 +244,30 @@ HIDDEN bool shim_session(void)
  * getpid() system call per change. */
 static pid_t my_pid;
 
+static void atfork_child(void);
+
+/*
+ * The atfork child handler (a fork child gets its own pid and an unlocked
+ * seg_lock) is registered when there is something for it to reset: before
+ * my_pid is first kept and seg_lock first taken, and before every fork the
+ * fork hook makes. Most processes (readers: cat, grep, a compiler's cc1)
+ * never journal anything, and the registration's first call cost every one
+ * of them about 5 us (a lazy binding, a page of libc's code and one of its
+ * data). A fork inside the C library that no hook sees (daemon()) in a
+ * process that kept nothing needs no reset.
+ */
+HIDDEN void shim_atfork(void)
+{
+	static bool done HOT_DATA;
+
+	if (!__atomic_load_n(&done, __ATOMIC_ACQUIRE) && !__atomic_exchange_n(&done, true, __ATOMIC_ACQ_REL))
+		pthread_atfork(NULL, NULL, atfork_child);
+}
+
 HIDDEN pid_t shim_pid(void)
 {
+	if (!my_pid)
+		shim_atfork();
 	return my_pid ? my_pid : (my_pid = getpid());
 }
 
@@ -459,7 +483,6 @@ HIDDEN void shim_init(void)
 		}
 	}
 	env_capture();
-	pthread_atfork(NULL, NULL, atfork_child);
 	shim_busy = false;
 	shim_ready = true;
 }

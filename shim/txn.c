@@ -456,6 +456,9 @@ HIDDEN void txn_exec(char *const argv[], char *const envp[])
 	fork_key = 0;
 }
 
+/* state.c: register the atfork handler now (before a fork). */
+HIDDEN void shim_atfork(void);
+
 /* The FTSBX_TXN of a program this process execs. */
 HIDDEN uint32_t txn_exec_txn(void)
 {
@@ -512,6 +515,7 @@ EXPORT pid_t fork(void)
 		}
 		return pid;
 	}
+	shim_atfork();          /* before glibc takes its atfork lock (state.c) */
 	if (!shim_ready || shim_busy || !starter() || !shim.session_open) {
 		pid = REAL(fork)();
 		if (pid == 0)

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -846,3 +847,66 @@ def test_each_tool_call_gets_its_own_txn_and_the_shims_variables_back_in_any_env
     # each is the transaction the journal gives that tool call
     rows = [row for row in txn_rows(tmp_path) if row["argv"][:1] == ["/usr/bin/env"]]
     assert sorted(row["txn"] for row in rows) == sorted(txns), (rows, txns)
+
+
+# --- a fork inside the C library (daemon()) that no hook sees -----------------------
+
+# WRITE_FIRST: the process journals a change before daemon(), so that the
+# shim keeps its pid and has registered its fork handler; else the child's
+# first record is the process's first. Each file holds the pid that made it.
+DAEMON = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void put(const char *name)
+{
+	char buf[32];
+	int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	int n = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	if (fd < 0 || write(fd, buf, (size_t)n) != n)
+		exit(1);
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	if (!strcmp(argv[1], "write-first"))
+		put("before");
+	if (daemon(1, 1))
+		return 1;
+	put("after.tmp");
+	rename("after.tmp", "after");
+	return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("first", ["write-first", "fork-first"])
+def test_a_daemon_child_journals_under_its_own_pid(tmp_path, first):
+    if not shutil.which("gcc"):
+        pytest.skip("no gcc")
+    ws = setup_ws(tmp_path)
+    exe = tmp_path / "daemonize"
+    subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(exe)], input=DAEMON.encode(), check=True)
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
+        env.pop(k, None)
+    r = subprocess.run(["/bin/sh", "-c", f"{exe} {first}"], cwd=ws, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    for _ in range(500):
+        if (ws / "after").exists():
+            break
+        time.sleep(0.01)
+    child = int((ws / "after").read_text())
+    log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
+                                                       capture_output=True, text=True).stdout.splitlines()]
+    made = {os.path.basename(row["path"]): row["pid"] for row in log if row["op"] == "create"}
+    assert made["after.tmp"] == child, (made, child)
+    if first == "write-first":
+        assert made["before"] == int((ws / "before").read_text()) != child, made
+    out = subprocess.run([TXREPLAY, "verify", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
