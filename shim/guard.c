@@ -6,11 +6,19 @@
  * loads FTSBX_POLICY (or the built-in default) and writes the compiled block
  * into the session directory (SESSION/policy-ROOTPID, never rewritten);
  * every process below it maps that block (an open and an mmap) instead of
- * parsing the INI again. A malformed policy stops the first process at start
- * with "FILE:LINE: what is wrong": fail closed, never run unprotected.
+ * parsing the INI again. The mapping is made at start, with the process's
+ * environment, credentials and descriptors as they were when it began; the
+ * block is checked (policy_from_blob: its hash and every offset) at the
+ * first question to the policy, or the first record, which needs the
+ * durability: a process that asks nothing (true, echo, expr) never pays
+ * the check and the reading of the block's pages, about 7 us. A malformed
+ * policy stops the first process at start with "FILE:LINE: what is wrong",
+ * a damaged block a later process at its first question, before the call
+ * it is about: fail closed, never run unprotected.
  * In audit mode a refusal is recorded and reported and the call goes on; in
  * off mode nothing is asked.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -23,6 +31,21 @@
 static struct policy mapped __attribute__((section(".data.ftsbx_hot")));
 static struct policy *pol = &mapped;
 static enum pmode mode = PM_OFF;
+/* The block mapped at start, checked at the first question (check_now). */
+static const void *blob __attribute__((section(".data.ftsbx_hot")));
+static size_t blob_size __attribute__((section(".data.ftsbx_hot")));
+/* POL_READY once pol and mode may be used; else 0, or the pid of the
+ * process one of whose threads is filling them in now. */
+#define POL_READY (-1)
+static int pol_state __attribute__((section(".data.ftsbx_hot")));
+static void check_now(void);
+
+/* Every entry point that asks the policy starts here. */
+static inline void ready(void)
+{
+	if (__builtin_expect(__atomic_load_n(&pol_state, __ATOMIC_ACQUIRE) != POL_READY, 0))
+		check_now();
+}
 
 static void fail_closed(const char *what)
 {
@@ -115,6 +138,15 @@ extern int __close(int fd);
 #define sys_close(fd) __close(fd)
 #endif
 
+/* POL is there: what the process takes from it once. */
+static void took(void)
+{
+	policy_set_journal(pol, shim.journal);
+	mode = policy_mode(pol);
+	if (policy_durability(pol) == PD_POWER)
+		shim.s.flags |= JS_DURABLE;
+}
+
 /* A later process: map the block the first one left. */
 static void map_published(void)
 {
@@ -143,39 +175,89 @@ static void map_published(void)
 		const char *file = shim_getenv("FTSBX_POLICY");
 		if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
 			fail_closed(err);
+		took();
+		__atomic_store_n(&pol_state, POL_READY, __ATOMIC_RELEASE);
 		return;
 	}
-	if (sys_fstat(fd, &st) < 0 || (p = sys_mmap((size_t)st.st_size, PROT_READ, MAP_SHARED, fd)) == MAP_FAILED ||
-	    policy_from_blob(&mapped, p, (size_t)st.st_size))
+	if (sys_fstat(fd, &st) < 0 || (p = sys_mmap((size_t)st.st_size, PROT_READ, MAP_SHARED, fd)) == MAP_FAILED)
 		fail_closed("the session's compiled policy is damaged");
 	sys_close(fd);
+	blob = p;
+	blob_size = (size_t)st.st_size;
+}
+
+/*
+ * Check the block mapped at start and take what the process needs from it,
+ * once. It is the same for every thread: the first to ask fills in the
+ * policy, the others wait for it (a few hundred instructions); a signal
+ * handler that asks while its own thread was filling it in fills it in
+ * itself (the same bytes), and so does a fork child whose parent was filling
+ * it in on a thread that did not come along; a vfork child waits, since its
+ * parent's other threads share its memory.
+ */
+static __thread bool filling __attribute__((tls_model("initial-exec")));
+
+static void check_now(void)
+{
+	struct policy local;
+	int me = 0, s;
+
+	if (policy_from_blob(&local, blob, blob_size))
+		fail_closed("the session's compiled policy is damaged");
+	for (;;) {
+		s = __atomic_load_n(&pol_state, __ATOMIC_ACQUIRE);
+		if (s == POL_READY)
+			return;
+		if (!me)
+			me = (int)getpid();
+		if (s && !filling && (s == me || txn_vfork_child())) {
+			sched_yield();  /* another thread of this process is at it */
+			continue;
+		}
+		if (!filling && !__atomic_compare_exchange_n(&pol_state, &s, me, false, __ATOMIC_ACQ_REL,
+							      __ATOMIC_ACQUIRE))
+			continue;
+		filling = true;
+		mapped = local;
+		took();
+		__atomic_store_n(&pol_state, POL_READY, __ATOMIC_RELEASE);
+		filling = false;
+		return;
+	}
+}
+
+/* state.c: the records' durability, before the first. */
+HIDDEN void guard_ready(void)
+{
+	ready();
 }
 
 HIDDEN void guard_init(bool first)
 {
-	if (first)
-		load_and_publish();
-	else
-		map_published();
-	policy_set_journal(pol, shim.journal);
-	mode = policy_mode(pol);
+	if (!first) {
+		map_published();        /* checked at the first question */
+		return;
+	}
+	load_and_publish();
+	took();
+	__atomic_store_n(&pol_state, POL_READY, __ATOMIC_RELEASE);
 	/* The root confines the whole session in the kernel too: static
 	 * binaries and raw system calls cannot write outside the writable
 	 * roots either. Every process below inherits the domain. */
-	if (first && mode == PM_ENFORCE && policy_landlock(pol) != PL_OFF &&
-	    !landlock_roots(pol, shim.journal) && policy_landlock(pol) == PL_REQUIRE)
+	if (mode == PM_ENFORCE && policy_landlock(pol) != PL_OFF && !landlock_roots(pol, shim.journal) &&
+	    policy_landlock(pol) == PL_REQUIRE)
 		fail_closed("[policy] landlock = on, but the kernel has no Landlock");
-	if (policy_durability(pol) == PD_POWER)
-		shim.s.flags |= JS_DURABLE;
 }
 
 HIDDEN bool guard_active(void)
 {
+	ready();
 	return mode == PM_ENFORCE;
 }
 
 HIDDEN bool guard_audit(void)
 {
+	ready();
 	return mode == PM_AUDIT;
 }
 
@@ -191,6 +273,7 @@ HIDDEN int guard_read(const char *p)
 {
 	const char *why = NULL;
 
+	ready();
 	if (mode == PM_OFF || policy_path(pol, p, false, &why) != PV_DENY)
 		return 0;
 	return refuse("read", p, NULL, NULL, why, EACCES);
@@ -202,6 +285,7 @@ HIDDEN int guard_write(const char *op, const char *p, mode_t type)
 	const char *why = NULL;
 	enum pverdict v;
 
+	ready();
 	if (mode == PM_OFF)
 		return 0;
 	v = policy_path_typed(pol, p, true, type, &why);
@@ -241,6 +325,7 @@ HIDDEN int guard_exec(const char *file, char *const argv[])
 {
 	const char *why = NULL;
 
+	ready();
 	if (mode == PM_OFF || !argv)
 		return 0;
 	if (file && !strchr(file, '/'))
@@ -345,6 +430,7 @@ HIDDEN int guard_signal(pid_t target, int sig)
 	bool in;
 	char what[48];
 
+	ready();
 	if (mode == PM_OFF || sig == 0)
 		return 0;
 	in = target == 0 || (target > 0 && in_session(target)) || (target < -1 && in_session(-target));
@@ -383,6 +469,7 @@ HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)
 {
 	const char *why = NULL;
 
+	ready();
 	if (mode == PM_OFF || !sa)
 		return 0;
 	if (policy_connect(pol, sa, len, &why) != PV_DENY)
@@ -396,7 +483,10 @@ HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)
 HIDDEN bool guard_rewind_counts(int status, char *const argv[])
 {
 	const char *env = shim_getenv("FTSBX_ON_FAILURE");
-	unsigned on = mode == PM_OFF ? 0 : policy_rewind_on(pol);
+	unsigned on;
+
+	ready();
+	on = mode == PM_OFF ? 0 : policy_rewind_on(pol);
 
 	if (env && !strcmp(env, "keep"))
 		return false;

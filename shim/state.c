@@ -28,6 +28,7 @@
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
 HIDDEN bool shim_ready HOT_DATA;
 HIDDEN void shim_atfork(void);
+HIDDEN void guard_ready(void);          /* guard.c: the policy mapped */
 HIDDEN struct shim_state shim;
 static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -276,6 +277,7 @@ HIDDEN int shim_segment(struct jseg **g)
 	pid_t pid = shim_pid();
 	int err = 0;
 
+	guard_ready();          /* the policy says how durable the records are */
 	if (!shim.session_open && shim.created)
 		open_root_session();
 	pthread_mutex_lock(&seg_lock);

@@ -1,12 +1,14 @@
 """The compiled policy a session's processes map (guard.c, policy/decide.c).
 
 The session's root compiles its policy once and leaves the block in the
-session directory (SESSION/policy-ROOTPID); every later process maps it and
-checks it (magic, version, size, hash, every offset) before it trusts it. A
-block that was cut short, lengthened or changed in any byte stops the
-process at start ("the session's compiled policy is damaged", exit 126):
-fail closed, never run with a policy nobody wrote. The intact block, and
-the same block again after the damage is undone, run as usual.
+session directory (SESSION/policy-ROOTPID); every later process maps it at
+its first question to the policy (here: cat's open of a file) and checks it
+(magic, version, size, hash, every offset) before it trusts it. A block
+that was cut short, lengthened or changed in any byte stops the process
+there, before the call it was asked about ("the session's compiled policy
+is damaged", exit 126): fail closed, never run with a policy nobody wrote.
+The intact block, and the same block again after the damage is undone, run
+as usual.
 """
 import os
 import shutil
@@ -36,8 +38,8 @@ def session(tmp_path):
 
 
 def start(child, cwd):
-    return subprocess.run(["/bin/echo", "started"], env=child, cwd=cwd, capture_output=True, text=True,
-                          timeout=30)
+    (cwd / "note").write_text("started\n")
+    return subprocess.run(["/bin/cat", "note"], env=child, cwd=cwd, capture_output=True, text=True, timeout=30)
 
 
 def refused(r):
@@ -87,3 +89,60 @@ def test_a_session_without_its_compiled_policy_loads_the_policy_itself(session):
     blob.unlink()
     r = start(child, cwd)
     assert r.returncode == 0 and r.stdout == "started\n", r.stderr
+
+
+# Threads that ask their first questions at once: one maps the block, the
+# others wait for it; every answer is the policy's (a hidden file refused,
+# an ordinary one read).
+THREADS = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static pthread_barrier_t go;
+static const char *hidden, *plain;
+static int bad;
+
+static void *ask(void *arg)
+{
+	(void)arg;
+	pthread_barrier_wait(&go);
+	int h = open(hidden, O_RDONLY), e = errno, p = open(plain, O_RDONLY);
+	if (h >= 0 || e != EACCES || p < 0)
+		__atomic_add_fetch(&bad, 1, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t t[16];
+
+	(void)argc;
+	hidden = argv[1];
+	plain = argv[2];
+	pthread_barrier_init(&go, NULL, 16);
+	for (int i = 0; i < 16; i++)
+		pthread_create(&t[i], NULL, ask, NULL);
+	for (int i = 0; i < 16; i++)
+		pthread_join(t[i], NULL);
+	printf("%d\n", bad);
+	return 0;
+}
+"""
+
+
+def test_threads_asking_their_first_questions_at_once_share_one_mapping(session):
+    blob, child, cwd = session
+    if not shutil.which("gcc"):
+        pytest.skip("no gcc")
+    exe = cwd / "threads"
+    subprocess.run(["gcc", "-O2", "-pthread", "-x", "c", "-", "-o", str(exe)], input=THREADS.encode(), check=True)
+    (cwd / ".ssh").mkdir()
+    (cwd / ".ssh" / "id_rsa").write_text("secret\n")
+    (cwd / "note").write_text("plain\n")
+    for _ in range(20):
+        r = subprocess.run([str(exe), str(cwd / ".ssh" / "id_rsa"), str(cwd / "note")], env=child, cwd=cwd,
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and r.stdout == "0\n", (r.stdout, r.stderr)
