@@ -18,9 +18,9 @@
 #include "hooks-extra.def"
 #undef HOOK
 
-/* Small variables every process writes at start go with the initialised
- * data (.data.*), whose page the loader writes anyway (its relocations and
- * the zeroing of the last page), instead of starting a page of their own in
+/* The variables every process writes at start go with the initialised
+ * data (.data.*), whose pages the loader writes anyway (its relocations and
+ * the zeroing of the last page), instead of starting pages of their own in
  * .bss: each page a process first writes costs it a fault (about 2 us
  * here). guard.c puts its mapped policy there too. */
 #define HOT_DATA __attribute__((section(".data.ftsbx_hot")))
@@ -28,8 +28,11 @@
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
 HIDDEN bool shim_ready HOT_DATA;
 HIDDEN void shim_atfork(void);
-HIDDEN void guard_ready(void);          /* guard.c: the policy mapped */
-HIDDEN struct shim_state shim;
+HIDDEN void guard_ready(void);          /* guard.c: the policy checked */
+/* With them: every process writes the start of journal[], of self[] and the
+ * fields after them, three pages in .bss (three faults); here two of those
+ * pages are ones the loader writes anyway. */
+HIDDEN struct shim_state shim HOT_DATA;
 static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
 
 HIDDEN void *shim_dlsym(const char *name)
