@@ -70,8 +70,12 @@ static void search_path(char out[PATH_MAX], const char *file, const char *path_v
 	out[0] = 0;
 }
 
-/* Follow the symlinks of P (at most 8) into OUT. */
-static void follow(char out[PATH_MAX], const char *p)
+/* Follow the symlinks of P (at most 8) into OUT. ST (if not NULL): the
+ * file OUT ends at (st_ino 0 when not known), asked with lstat, which
+ * tells a symlink as readlink does and saves the caller a lookup of its own:
+ * OUT resolves to the same file as P (a relative target is taken from the
+ * link's own directory, as the kernel takes it). */
+static void follow(char out[PATH_MAX], const char *p, struct stat *st)
 {
 	char t[PATH_MAX];
 
@@ -79,7 +83,18 @@ static void follow(char out[PATH_MAX], const char *p)
 
 	memcpy(out, p, pn);
 	out[pn] = 0;
+	if (st)
+		st->st_ino = 0;
 	for (int hops = 0; hops < 8; hops++) {
+		if (st) {
+			if (lstat(out, st) < 0) {
+				st->st_ino = 0;
+				return;
+			}
+			if (!S_ISLNK(st->st_mode))
+				return;
+			st->st_ino = 0;
+		}
 		ssize_t n = readlink(out, t, sizeof(t) - 1);
 		if (n <= 0)
 			return;
@@ -113,7 +128,8 @@ static void add_name(struct prog *pg, const char *p)
 	}
 }
 
-static void resolve(struct prog *pg, const char *file, const char *argv0, const char *path_value)
+static void resolve(struct prog *pg, const char *file, const char *argv0, const char *path_value,
+		    struct stat *st)
 {
 	pg->nnames = pg->nfb = 0;
 	memset(pg->first, 0, sizeof(pg->first));
@@ -125,7 +141,7 @@ static void resolve(struct prog *pg, const char *file, const char *argv0, const 
 		pg->path[n] = 0;
 	} else
 		search_path(pg->path, file, path_value);
-	follow(pg->final, pg->path[0] ? pg->path : file);
+	follow(pg->final, pg->path[0] ? pg->path : file, st && strchr(file, '/') ? st : NULL);
 	add_name(pg, argv0);
 	add_name(pg, file);
 	add_name(pg, pg->path);
@@ -491,7 +507,7 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 		const char *split = NULL;
 		int idx;
 
-		resolve(&pg, level ? NULL : file, argv[0], NULL);
+		resolve(&pg, level ? NULL : file, argv[0], NULL, NULL);
 		if ((r = first_rule(pol, table, &pg, argv, argc))) {
 			*why = pol_str(pol, r->rule);
 			return true;
@@ -506,8 +522,9 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 	return false;
 }
 
-enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *const argv[],
-			    const char *path_value, int depth, const char **why)
+/* pol_exec_argv; ST (if not NULL): what policy_exec_stat says of it. */
+static enum pverdict exec_argv(const struct policy *pol, const char *file, char *const argv[],
+			       const char *path_value, int depth, const char **why, struct stat *st)
 {
 	int argc = count(argv);
 	struct prog pg;
@@ -523,7 +540,7 @@ enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *co
 		const char *split = NULL, *s;
 		int idx;
 
-		resolve(&pg, level ? NULL : file, argv[0], path_value);
+		resolve(&pg, level ? NULL : file, argv[0], path_value, level ? NULL : st);
 		if ((r = first_rule(pol, PT_DENY, &pg, argv, argc))) {
 			*why = pol_str(pol, r->rule);
 			return PV_DENY;
@@ -543,15 +560,29 @@ enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *co
 	return PV_ALLOW;
 }
 
-enum pverdict policy_exec(const struct policy *pol, const char *file, char *const argv[],
-			  const char *path_value, const char **why)
+enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *const argv[],
+			    const char *path_value, int depth, const char **why)
+{
+	return exec_argv(pol, file, argv, path_value, depth, why, NULL);
+}
+
+enum pverdict policy_exec_stat(const struct policy *pol, const char *file, char *const argv[],
+			       const char *path_value, const char **why, struct stat *st)
 {
 	static char *const empty[] = { "", NULL };
 
+	if (st)
+		st->st_ino = 0;
 	if (!argv || !argv[0])
 		argv = file ? empty : NULL;
 	*why = NULL;
 	if (!argv)
 		return PV_ALLOW;
-	return pol_exec_argv(pol, file, argv, path_value, 0, why);
+	return exec_argv(pol, file, argv, path_value, 0, why, st);
+}
+
+enum pverdict policy_exec(const struct policy *pol, const char *file, char *const argv[],
+			  const char *path_value, const char **why)
+{
+	return policy_exec_stat(pol, file, argv, path_value, why, NULL);
 }

@@ -135,6 +135,13 @@ enum pverdict policy_path(const struct policy *pol, const char *abs, bool write,
  */
 enum pverdict policy_exec(const struct policy *pol, const char *file, char *const argv[],
 			  const char *path_value, const char **why);
+/* The same; *ST: the file the program (FILE, else ARGV[0]) leads to through
+ * its symlinks when that names it by a path (has a '/'), as stat would
+ * give it; st_ino 0 when that is not known. Saves the caller (the shim's
+ * look at the ELF file) a lookup of its own. */
+struct stat;
+enum pverdict policy_exec_stat(const struct policy *pol, const char *file, char *const argv[],
+			       const char *path_value, const char **why, struct stat *st);
 
 /* A signal SIG to TARGET (kill's pid argument: > 0 a process, 0 or < -1 a
  * process group, -1 every process). IN_SESSION: the caller found every

@@ -321,18 +321,23 @@ static bool refused_only_inside(const char *file, char *const argv[], const char
 	return policy_exec(pol, file, cut, shim_getenv("PATH"), &w) != PV_DENY;
 }
 
+/* opaque.c: opaque_exec, with the program's file as the policy found it. */
+HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
+			     const struct stat *known);
+
 HIDDEN int guard_exec(const char *file, char *const argv[])
 {
 	const char *why = NULL;
+	struct stat st;
 
 	ready();
 	if (mode == PM_OFF || !argv)
 		return 0;
 	if (file && !strchr(file, '/'))
 		file = NULL;            /* found through PATH, as execvp would */
-	if (policy_exec(pol, file, argv, shim_getenv("PATH"), &why) != PV_DENY ||
+	if (policy_exec_stat(pol, file, argv, shim_getenv("PATH"), &why, &st) != PV_DENY ||
 	    refused_only_inside(file, argv, why))
-		return mode == PM_ENFORCE ? opaque_exec(pol, file, argv) : 0;
+		return mode == PM_ENFORCE ? opaque_exec_known(pol, file, argv, &st) : 0;
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }
 

@@ -33,7 +33,9 @@ static bool find_program(const char *file, char out[PATH_MAX])
 	if (!file || !*file)
 		return false;
 	if (strchr(file, '/')) {
-		snprintf(out, PATH_MAX, "%s", file);
+		size_t n = strnlen(file, PATH_MAX - 1);
+		memcpy(out, file, n);
+		out[n] = 0;
 		return true;
 	}
 	for (const char *s = path ? path : "/usr/local/bin:/usr/bin:/bin"; *s;) {
@@ -205,13 +207,16 @@ static void kind_keep(const struct stat *st, int kind)
 	__atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
 }
 
-/* opaque_kind, from the cache when PATH's file is one already read. */
-static int kind_of(const char *path)
+/* opaque_kind, from the cache when PATH's file is one already read; KNOWN
+ * (if not NULL, st_ino not 0): PATH's file as stat would give it. */
+static int kind_of(const char *path, const struct stat *known)
 {
 	struct stat st;
 	int kind;
 
-	if (stat(path, &st) == 0 && kind_cached(&st, &kind))
+	if (known && known->st_ino && kind_cached(known, &kind))
+		return kind;
+	if ((!known || !known->st_ino) && stat(path, &st) == 0 && kind_cached(&st, &kind))
 		return kind;
 	kind = opaque_kind(path, &st);
 	kind_keep(&st, kind);
@@ -293,15 +298,18 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 	return ok;
 }
 
-/* Before an exec of FILE (ARGV): 0 to go on, or the errno that refuses. */
-HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[])
+/* Before an exec of FILE (ARGV): 0 to go on, or the errno that refuses.
+ * KNOWN (if not NULL): the program's file when FILE (else ARGV[0]) names it
+ * by a path, as policy_exec_stat found it (guard.c). */
+HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
+			     const struct stat *known)
 {
 	char path[PATH_MAX], why[PATH_MAX + 160];
 	int kind;
 
 	if (!find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
 		return 0;
-	kind = kind_of(path);
+	kind = kind_of(path, strchr(file ? file : argv[0], '/') ? known : NULL);
 	if (kind < 0)
 		return 0;
 	if (policy_opaque(pol, kind) == PO_REFUSE) {
@@ -318,4 +326,9 @@ HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const a
 	if (write(2, why, strlen(why)) < 0)
 		return 0;
 	return 0;
+}
+
+HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[])
+{
+	return opaque_exec_known(pol, file, argv, NULL);
 }

@@ -168,3 +168,48 @@ def test_go_programs_are_found_wherever_their_note_lies_in_the_first_8_kib(tmp_p
     r = subprocess.run(["/usr/bin/python3", "-c", script], cwd=ws, env=env, capture_output=True, text=True,
                        timeout=60)
     assert ("is a Go program" in r.stderr) == go, r.stderr
+
+
+SYMLINK_AGENT = textwrap.dedent("""
+    import os, shutil, subprocess, sys
+
+    def warned(path):
+        r = subprocess.run([path], capture_output=True, text=True)
+        return "a static binary" in r.stderr
+
+    out = []
+    for step in ("static", "replaced"):
+        if step == "replaced":
+            shutil.copy("dyn", "bin/real/prog.new")
+            os.rename("bin/real/prog.new", "bin/real/prog")
+        out.append([warned(p) for p in ("./l2", "./dirlink/l1", "./bin/l1", "./bin/real/prog") for _ in (0, 1)])
+    print(repr(out))
+""")
+
+
+def test_a_program_reached_through_symlinks_is_judged_by_the_file_they_lead_to(tmp_path):
+    """(The policy resolves the program through its symlinks and hands the
+    file it found to the look at the ELF file: relative targets, chains and
+    symlinked directories lead to the same file the kernel runs.)"""
+    if not shutil.which("gcc"):
+        pytest.skip("no gcc")
+    ws = tmp_path / "ws"
+    (ws / "bin" / "real").mkdir(parents=True)
+    subprocess.run(["gcc", "-O2", "-static", "-x", "c", "-", "-o", str(ws / "bin" / "real" / "prog")],
+                   input=HELLO.encode(), check=True)
+    subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(ws / "dyn")], input=HELLO.encode(), check=True)
+    os.symlink("real/prog", ws / "bin" / "l1")
+    os.symlink("bin/l1", ws / "l2")
+    os.symlink("bin", ws / "dirlink")
+    (tmp_path / "agent.py").write_text(SYMLINK_AGENT)
+    time.sleep(2.2)             # old enough to be kept
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               PATH="/usr/bin:/bin")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_POLICY"):
+        env.pop(k, None)
+    r = subprocess.run(["/usr/bin/python3", str(tmp_path / "agent.py")], cwd=ws, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    static, replaced = eval(r.stdout.strip().splitlines()[-1])
+    assert static == [True] * 8, static
+    assert replaced == [False] * 8, replaced
