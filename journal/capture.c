@@ -338,23 +338,28 @@ static void pre_field(struct rec *r, const struct pre *p)
 	r->n2 = p->n;
 }
 
+/* The journal's own ENOENT or ENOTDIR (objects/ gone, or something that is
+ * not a directory where a subdirectory of it belongs) as an error of its
+ * own: the shim takes those two for the program's own call failing, and
+ * would let the change through unjournaled. */
+static int journal_side(int err)
+{
+	return err == -ENOENT || err == -ENOTDIR ? -EIO : err;
+}
+
 /* A call that makes the object NAME (relative to objects/) failed with
  * ENOENT: make its directory, the first DIRLEN bytes of NAME (format.h),
  * made lazily so that a session that removes nothing makes none. Another
- * process may make it first (EEXIST). 0: call again; else -errno, never
- * -ENOENT for a directory that could not be made (the shim would take that
- * for the program's own call failing, and let it through unjournaled). */
+ * process may make it first (EEXIST). 0: call again, else -errno. */
 static int object_dir(struct jsession *s, char *name, size_t dirlen)
 {
 	int err;
 
 	if (!dirlen)
-		return -ENOENT;         /* the flat layout: objects/ itself */
+		return -EIO;            /* the flat layout: objects/ itself is gone */
 	name[dirlen - 1] = 0;
-	err = mkdirat(s->objfd, name, 0700) == 0 || errno == EEXIST ? 0 : -errno;
+	err = mkdirat(s->objfd, name, 0700) == 0 || errno == EEXIST ? 0 : journal_side(-errno);
 	name[dirlen - 1] = '/';
-	if (err == -ENOENT)
-		err = -ESTALE;          /* objects/ itself is gone */
 	/* a durable session makes the directory's name durable too (even one
 	 * another process made: it may not have synced it yet) */
 	if (!err && (s->flags & JS_DURABLE) && fsync(s->objfd) < 0)
@@ -512,7 +517,7 @@ static int pre_object(struct jsession *s, int fd, struct pre *p)
 		out = openat(s->objfd, name, fl, 0600);
 	}
 	if (out < 0)
-		return -errno;
+		return journal_side(-errno);
 	p->object = true;
 	err = gz_stream(fd, out, p->map, &p->d);
 	if (!err && (s->flags & JS_DURABLE))
@@ -698,6 +703,10 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 	err = linkat(at->fd, at->name, s->objfd, name, 0) == 0 ? 0 : -errno;
 	if (err == -ENOENT && dirlen && (err = object_dir(s, name, dirlen)) == 0)
 		err = linkat(at->fd, at->name, s->objfd, name, 0) == 0 ? 0 : -errno;
+	/* ENOENT, ENOTDIR: the file is gone (the program's call fails too),
+	 * or objects/ is what failed, when the file is still there */
+	if ((err == -ENOENT || err == -ENOTDIR) && fstatat(at->fd, at->name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		err = journal_side(err);
 	if (!err) {
 		r->tag = F_INODE;
 		r->p1 = ino;

@@ -11,6 +11,7 @@ import struct
 
 import pytest
 
+from conftest import assert_same
 from test_shim_lib import PY, Shim, q
 
 FANOUT = 100    # journal/format.h, J_OBJ_FANOUT
@@ -199,3 +200,27 @@ os.unlink("hard1")
 os.setxattr("src/hard2", "user.k", b"after")
 os.setxattr("src/hard2", "user.new", b"x")
 """), check)
+
+
+def test_removal_is_refused_when_its_object_subdirectory_cannot_be(shim):
+    """Something that is not a directory where the next objects/D/ belongs:
+    the inode cannot be kept, so the unlink is refused and nothing changes
+    (the journal's ENOTDIR is not the program's own call failing)."""
+    shim.sh(b"true")
+    with open(os.path.join(shim.journal, b"seq"), "rb") as f:
+        seq = struct.unpack("<Q", f.read(8))[0]
+    for d in range(seq // FANOUT, seq // FANOUT + 3):
+        with open(os.path.join(shim.journal, b"objects", b"%d" % d), "wb") as f:
+            f.write(b"in the way\n")
+    before = shim.snap()
+    proc = shim.sh(b"rm src/main.c", rc=1, refusals_ok=True)
+    assert b"ftsbx: cannot journal a change of" in proc.stderr and b"src/main.c" in proc.stderr, proc.stderr
+    assert shim.exists("src/main.c")
+    assert not kept_inodes_anywhere(shim)
+    shim.rewind()
+    assert_same(before, shim.snap())
+
+
+def kept_inodes_anywhere(shim):
+    return [os.path.join(d, n) for d, _, names in os.walk(os.path.join(shim.journal, b"objects"))
+            for n in names if n.endswith(b".ino")]
