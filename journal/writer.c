@@ -223,14 +223,15 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 	lane_name(name, k);
 	if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_NONE) {
 		fd = openat(s->logfd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
-		if (fd < 0)
-			return -errno;  /* EEXIST: a taker died before marking it open */
+		if (fd < 0)     /* EEXIST: a taker died before marking it open */
+			return errno == EEXIST ? -EEXIST : -EAGAIN;
 		fd = jfd_high(fd);
 		jfile_header(hdr, s->salt, J_KIND_SEGMENT, s->features);
 		if (jwrite_all(fd, hdr, sizeof(hdr)) < 0 ||
 		    ((s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(s->logfd) < 0))) {
-			close(fd);
-			return -EIO;
+			close(fd);      /* a full disk: no half-written file is left */
+			unlinkat(s->logfd, name, 0);
+			return -EAGAIN;
 		}
 		jchain_start(g->link, s->salt, hdr);
 		g->end = sizeof(hdr);
@@ -294,9 +295,14 @@ static int lane_take(struct jseg *g, struct jsession *s)
 		if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_BROKEN || (o && !owner_gone(o, me)) ||
 		    !__atomic_compare_exchange_n(&l->owner, &o, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 			continue;
-		if (lane_open(g, s, k) == 0) {
+		int err = lane_open(g, s, k);
+		if (!err) {
 			g->owner = me;
 			return k;
+		}
+		if (err == -EAGAIN) {   /* no room for a new file: the lane stays as it was */
+			__atomic_store_n(&l->owner, 0, __ATOMIC_RELEASE);
+			return -1;
 		}
 		lane_break(l);
 	}
@@ -338,9 +344,14 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 			pthread_mutex_init(&g->lock, NULL);
 			return 0;
 		}
-		close(g->fd);           /* a partial record may be there: nobody appends after it */
+		/* cut a partial record off (a full disk) and give the lane back;
+		 * if even that fails, nobody appends after it */
+		if (ftruncate(g->fd, (off_t)g->end) == 0)
+			__atomic_store_n(&s->lanes[g->lane].owner, 0, __ATOMIC_RELEASE);
+		else
+			lane_break(&s->lanes[g->lane]);
+		close(g->fd);
 		g->fd = -1;
-		lane_break(&s->lanes[g->lane]);
 		g->lane = -1;
 	}
 	g->first_seq = jsession_next_seq(s);
