@@ -422,15 +422,21 @@ static bool inode_touched(struct rw *w, const struct stat *s)
 	return kt_find(w->inodes, k, sizeof(k)) != NULL;
 }
 
-static void touch_inode(struct rw *w, const char *p)
+/* lstat P (which may be NULL) into *ST: NULL when nothing is there, else ST. */
+static const struct stat *look(const char *p, struct stat *st)
 {
-	struct stat s;
+	return p && lstat(p, st) == 0 ? st : NULL;
+}
+
+/* The inode S (NULL: none) is one this run changes. */
+static void touch_inode(struct rw *w, const struct stat *s)
+{
 	uint64_t k[2];
 
-	if (!p || lstat(p, &s) < 0)
+	if (!s)
 		return;
-	k[0] = (uint64_t)s.st_dev;
-	k[1] = (uint64_t)s.st_ino;
+	k[0] = (uint64_t)s->st_dev;
+	k[1] = (uint64_t)s->st_ino;
 	kt_put(&w->inodes, k, sizeof(k), 0);
 }
 
@@ -452,12 +458,12 @@ static void put_with_parent(struct kent **h, const char *p)
 	}
 }
 
-/* A path this run changes: it, its parent and its inode are exempt from
- * the drift check from now on. */
-static void touch_path(struct rw *w, const char *p)
+/* A path this run changes: it, its parent and its inode (S, what is at P
+ * now, or NULL) are exempt from the drift check from now on. */
+static void touch_path(struct rw *w, const char *p, const struct stat *s)
 {
 	put_with_parent(&w->touched, p);
-	touch_inode(w, p);
+	touch_inode(w, s);
 }
 
 /* The path is already exactly its pre-image: a rewind killed after this
@@ -482,28 +488,28 @@ static bool looks_restored(const struct jrecord *c, const struct stat *s)
 	return (int64_t)s->st_mtim.tv_sec * 1000000000 + s->st_mtim.tv_nsec == j.mtime_ns;
 }
 
-/* Did record I's path change after the journal last saw it? */
-static bool drifted(struct rw *w, size_t i)
+/* Did record I's path (S: what is there now, NULL: nothing) change after
+ * the journal last saw it? */
+static bool drifted(struct rw *w, size_t i, const struct stat *s)
 {
 	const struct jrecord *c = &w->r.rec[i];
 	struct kent *settle;
-	struct stat s;
 
-	if ((w->o->flags & JW_FORCE) || weak(c) || lstat(w->path[i], &s) < 0)
+	if ((w->o->flags & JW_FORCE) || weak(c) || !s)
 		return false;
-	if (pt_find(w->touched, w->path[i]) || inode_touched(w, &s))
+	if (pt_find(w->touched, w->path[i]) || inode_touched(w, s))
 		return false;
 	settle = pt_find(w->settle, w->path[i]);
-	if (!settle || settle->v == NO_SETTLE || settle->v == INT64_MIN || ctime_ns(&s) <= settle->v)
+	if (!settle || settle->v == NO_SETTLE || settle->v == INT64_MIN || ctime_ns(s) <= settle->v)
 		return false;
-	uint64_t k[2] = { (uint64_t)s.st_dev, (uint64_t)s.st_ino };
+	uint64_t k[2] = { (uint64_t)s->st_dev, (uint64_t)s->st_ino };
 	struct kent *is = kt_find(w->isettle, k, sizeof(k));
-	if (is && is->v != INT64_MIN && ctime_ns(&s) <= is->v)
+	if (is && is->v != INT64_MIN && ctime_ns(s) <= is->v)
 		return false;
 	struct kent *u = kt_find(w->undoing, k, sizeof(k));
-	if (u && ctime_ns(&s) >= u->v && (!is || is->v < u->v))
+	if (u && ctime_ns(s) >= u->v && (!is || is->v < u->v))
 		return false;           /* an interrupted run of ours changed it */
-	return !looks_restored(c, &s);
+	return !looks_restored(c, s);
 }
 
 static bool is_held(struct rw *w, size_t i)
@@ -580,33 +586,38 @@ static const char *arrow(const char *p2)
 	return p2 ? " -> " : "";
 }
 
-/* Undo record I: 0 done (or already), 1 left alone, -errno to stop. */
-static int apply(struct rw *w, size_t i)
+/* Undo record I, whose paths hold BEFORE[0] and BEFORE[1] (NULL:
+ * nothing); *AFTER is what its first path holds then (NULL: nothing).
+ * 0 done (or already), 1 left alone, -errno to stop. */
+static int apply(struct rw *w, size_t i, const struct stat *const before[2], const struct stat **after,
+		 struct stat *buf)
 {
 	const struct jrecord *c = &w->r.rec[i];
 	const char *p2 = w->path2[i] ? w->path2[i] : "";
+	const struct stat *was = before[0] ? before[0] : before[1];
 	char msg[PATH_MAX + 512];
 	int ret, err;
 
+	*after = before[0];
 	if (w->o->flags & JW_DRY_RUN) {
 		say(w, 0, "would undo %llu %s %s%s%s", (unsigned long long)c->seq, jtype_name(c->type),
 		    w->path[i], arrow(w->path2[i]), p2);
 		return 0;
 	}
 	uint64_t ino[2] = { 0, 0 };
-	struct stat before;
-	if (lstat(w->path[i], &before) == 0 || (w->path2[i] && lstat(w->path2[i], &before) == 0)) {
-		ino[0] = (uint64_t)before.st_dev;
-		ino[1] = (uint64_t)before.st_ino;
+	if (was) {
+		ino[0] = (uint64_t)was->st_dev;
+		ino[1] = (uint64_t)was->st_ino;
 	}
 	if (ino[1] && (err = mark(w, J_UNDOING, c->seq, ino)) < 0) {
 		say(w, 2, "cannot write into '%s': %s", w->dir, strerror(-err));
 		return err;
 	}
 	ret = jundo(&w->r, c, msg, sizeof(msg));
-	if (!ino[1] && (lstat(w->path[i], &before) == 0)) {
-		ino[0] = (uint64_t)before.st_dev;
-		ino[1] = (uint64_t)before.st_ino;
+	*after = look(w->path[i], buf);
+	if (!ino[1] && *after) {
+		ino[0] = (uint64_t)(*after)->st_dev;
+		ino[1] = (uint64_t)(*after)->st_ino;
 	}
 	crash_hook(w);
 	if (ret < 0) {
@@ -658,18 +669,25 @@ static long apply_all(struct rw *w)
 			w->st->skipped++;
 			continue;
 		}
-		if (drifted(w, i)) {
+		/* one lstat of each path before the undo and one after serve
+		 * the drift check, the inodes this run changes and the marks */
+		struct stat now[3];
+		const struct stat *before[2] = { look(w->path[i], &now[0]), look(w->path2[i], &now[1]) };
+		const struct stat *after;
+
+		if (drifted(w, i, before[0])) {
 			say(w, 1, "drift: %s changed after the journal last saw it; left alone "
 			    "(--force undoes it anyway)", w->path[i]);
 			w->st->drift++;
 			hold(w, i);
 			continue;
 		}
-		touch_inode(w, w->path[i]);
-		touch_inode(w, w->path2[i]);
-		err = apply(w, i);
-		touch_path(w, w->path[i]);
-		touch_path(w, w->path2[i]);
+		touch_inode(w, before[0]);
+		touch_inode(w, before[1]);
+		err = apply(w, i, before, &after, &now[2]);
+		touch_path(w, w->path[i], after);
+		if (w->path2[i])
+			touch_path(w, w->path2[i], look(w->path2[i], &now[1]));
 		if (err < 0)
 			return err;
 	}
