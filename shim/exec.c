@@ -27,8 +27,10 @@ static size_t nsticky;
 
 /* state.c: S[0..N) == T[0..N)? (no libc call: the constructor's path) */
 HIDDEN bool same_bytes(const char *s, const char *t, size_t n);
+/* The constructor's path, with the constructor (state.c) */
+#define STARTUP_TEXT __attribute__((section(".text.startup")))
 
-static void add_sticky(const char *s, size_t *used)
+STARTUP_TEXT static void add_sticky(const char *s, size_t *used)
 {
 	size_t n = strlen(s) + 1, k = 1;
 
@@ -44,7 +46,7 @@ static void add_sticky(const char *s, size_t *used)
 
 /* Does the LD_PRELOAD value V name this library (an entry of its own,
  * between spaces or colons)? */
-static bool lists_self(const char *v)
+STARTUP_TEXT static bool lists_self(const char *v)
 {
 	size_t n = strlen(shim.self);
 
@@ -56,7 +58,7 @@ static bool lists_self(const char *v)
 }
 
 /* Append S to LINE (N bytes so far, CAP in all), cut as snprintf would. */
-static void append(char *line, size_t *n, size_t cap, const char *s)
+STARTUP_TEXT static void append(char *line, size_t *n, size_t cap, const char *s)
 {
 	size_t l = strlen(s);
 
@@ -71,7 +73,7 @@ static void append(char *line, size_t *n, size_t cap, const char *s)
  * FTSBX_TXN_GROUP, which a harness gives to the tool calls it groups.
  * (In every process's constructor: no snprintf, strncmp or strstr, whose
  * first calls cost more than the work; see state.c.) */
-HIDDEN void env_capture(void)
+STARTUP_TEXT HIDDEN void env_capture(void)
 {
 	char line[PATH_MAX + 16];
 	const char *pre = shim_getenv("LD_PRELOAD");

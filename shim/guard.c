@@ -26,6 +26,9 @@
 #include "shim.h"
 #include "../policy/policy.h"
 
+/* The constructor's path, with the constructor (state.c) */
+#define STARTUP_TEXT __attribute__((section(".text.startup")))
+
 /* The policy as mapped in every process but the root, with the data the
  * loader writes anyway (state.c's HOT_DATA): no page of its own. */
 static struct policy mapped __attribute__((section(".data.ftsbx_hot")));
@@ -148,7 +151,7 @@ static void took(void)
 }
 
 /* A later process: map the block the first one left. */
-static void map_published(void)
+STARTUP_TEXT static void map_published(void)
 {
 	char err[1024];
 	int fd = -1;
@@ -232,7 +235,7 @@ HIDDEN void guard_ready(void)
 	ready();
 }
 
-HIDDEN void guard_init(bool first)
+STARTUP_TEXT HIDDEN void guard_init(bool first)
 {
 	if (!first) {
 		map_published();        /* checked at the first question */

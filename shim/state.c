@@ -24,6 +24,10 @@
  * .bss: each page a process first writes costs it a fault (about 2 us
  * here). guard.c puts its mapped policy there too. */
 #define HOT_DATA __attribute__((section(".data.ftsbx_hot")))
+/* And the code of the constructor's path goes with the constructor itself
+ * (.text.startup, at the start of the text), into the pages the loader
+ * reads anyway, instead of a page fault of its own. */
+#define STARTUP_TEXT __attribute__((section(".text.startup")))
 
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
 HIDDEN bool shim_ready HOT_DATA;
@@ -61,7 +65,7 @@ extern char **environ;
  * shim's run before that. Reads scan environ; a set builds a new environ
  * array (only in the constructor, where allocation is fine) holding a copy
  * of NAME=VALUE. */
-HIDDEN char *shim_getenv(const char *name)
+STARTUP_TEXT HIDDEN char *shim_getenv(const char *name)
 {
 	/* byte by byte, no libc: most variables differ at their first byte,
 	 * and the constructor runs this before anything else */
@@ -175,7 +179,7 @@ static int open_session(void)
 static int ready_fd = -1;
 
 /* Take the descriptor out of the environment: nothing below the root sees it. */
-static void take_ready_fd(void)
+STARTUP_TEXT static void take_ready_fd(void)
 {
 	static const char name[] = "FTSBX_SESSION_READY=";
 	const char *v = shim_getenv("FTSBX_SESSION_READY");
@@ -320,7 +324,9 @@ HIDDEN void shim_segment_release(void)
 
 __attribute__((destructor)) static void shim_dtor(void)
 {
-	if (shim_ready && !txn_vfork_child())
+	/* (seg_open first: a process that wrote nothing runs no code beyond
+	 * the start of the text at its exit either) */
+	if (shim_ready && shim.seg_open && !txn_vfork_child())
 		shim_segment_release();
 }
 
@@ -362,7 +368,7 @@ static void atfork_child(void)
  */
 
 /* S[0..N) == T[0..N)? */
-HIDDEN bool same_bytes(const char *s, const char *t, size_t n)
+STARTUP_TEXT HIDDEN bool same_bytes(const char *s, const char *t, size_t n)
 {
 	while (n && *s == *t) {
 		s++;
@@ -373,7 +379,7 @@ HIDDEN bool same_bytes(const char *s, const char *t, size_t n)
 }
 
 /* The decimal number S, if it is one (at most 9 digits), else strtoul's. */
-static unsigned long dec(const char *s)
+STARTUP_TEXT static unsigned long dec(const char *s)
 {
 	unsigned long v = 0;
 	int i = 0;
@@ -383,8 +389,26 @@ static unsigned long dec(const char *s)
 	return i && i < 10 && !s[i] ? v : strtoul(s, NULL, 10);
 }
 
+/* Is P an absolute path that path_abs leaves as it is (no empty, "." or
+ * ".." component, no trailing slash, well within PATH_MAX)? */
+STARTUP_TEXT static bool normal_abs(const char *p)
+{
+	size_t i = 0;
+
+	if (p[0] != '/')
+		return false;
+	if (!p[1])
+		return true;
+	for (; p[i]; i++)
+		if (p[i] == '/' && (p[i + 1] == '/' || !p[i + 1] ||
+				    (p[i + 1] == '.' && (p[i + 2] == '/' || !p[i + 2] ||
+							 (p[i + 2] == '.' && (p[i + 3] == '/' || !p[i + 3]))))))
+			return false;
+	return i < PATH_MAX - 2;
+}
+
 /* This library's path: the LD_PRELOAD entry that names it, else dladdr. */
-static void self_path(void)
+STARTUP_TEXT static void self_path(void)
 {
 	const char *pre = shim_getenv("LD_PRELOAD");
 	Dl_info info;
@@ -408,7 +432,7 @@ static void self_path(void)
 
 /* The first process of a session (no FTSBX_TXN yet) creates the session
  * and its transaction and exports both to everything it starts. */
-static void start_session(void)
+STARTUP_TEXT static void start_session(void)
 {
 	const char *j = shim_getenv("FTSBX_JOURNAL"), *t = shim_getenv("FTSBX_TXN");
 	char buf[PATH_MAX];
@@ -420,7 +444,9 @@ static void start_session(void)
 		shim_setenv("FTSBX_JOURNAL", buf);
 		j = shim_getenv("FTSBX_JOURNAL");
 	}
-	if (path_abs(shim.journal, AT_FDCWD, j)) {
+	if (normal_abs(j))      /* as the root exports it: path_abs would copy it */
+		memcpy(shim.journal, j, strlen(j) + 1);
+	else if (path_abs(shim.journal, AT_FDCWD, j)) {
 		say_raw("ftsbx: FTSBX_JOURNAL is too long\n");
 		_exit(126);
 	}
@@ -466,7 +492,7 @@ __attribute__((constructor)) static void shim_ctor(int argc, char **argv, char *
 	shim_init();
 }
 
-HIDDEN void shim_init(void)
+STARTUP_TEXT HIDDEN void shim_init(void)
 {
 	static bool started HOT_DATA;
 

@@ -146,3 +146,21 @@ def test_threads_asking_their_first_questions_at_once_share_one_mapping(session)
         r = subprocess.run([str(exe), str(cwd / ".ssh" / "id_rsa"), str(cwd / "note")], env=child, cwd=cwd,
                            capture_output=True, text=True, timeout=30)
         assert r.returncode == 0 and r.stdout == "0\n", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("spelling", ["{j}", "{j}/", "{j}//", "{p}//{n}", "{p}/./{n}", "{p}/../{b}/{n}"])
+def test_any_spelling_of_the_session_directory_finds_it_and_keeps_it_off_limits(session, spelling):
+    """(The root exports the session directory normalised; a process given
+    another spelling of it normalises it itself.)"""
+    blob, child, cwd = session
+    j = child["FTSBX_JOURNAL"]
+    p, n = os.path.split(j)
+    env = dict(child, FTSBX_JOURNAL=spelling.format(j=j, p=p, n=n, b=os.path.basename(p)))
+    r = subprocess.run(["/bin/cat", "note", os.path.join(j, "session")], env=env, cwd=cwd, capture_output=True,
+                       text=True, timeout=30)
+    assert r.stdout == "", r.stdout
+    (cwd / "note").write_text("started\n")
+    r = subprocess.run(["/bin/cat", "note", os.path.join(j, "session")], env=env, cwd=cwd, capture_output=True,
+                       text=True, timeout=30)
+    assert r.stdout == "started\n" and r.returncode == 1, (r.stdout, r.stderr)
+    assert "off limits" in r.stderr, r.stderr
