@@ -50,6 +50,7 @@ static bool in_journal_dir(const char *p)
 	for (int i = 0; i < 3; i++)
 		if (st.st_dev == shim.jdirs[i].dev && st.st_ino == shim.jdirs[i].ino)
 			return true;
+
 	if (n < sizeof(outside.parent)) {
 		memcpy(outside.parent, parent, n + 1);
 		outside.gen = gen + 1;
@@ -195,6 +196,14 @@ HIDDEN void shim_unlock(void)
 /* Journal the change OP of the absolute path P. LOCK: hold P's locks
  * until the real call returns (not for a call that may block: an open of
  * a fifo or a device). */
+/* An error of the journal itself (a segment that cannot be opened, log/
+ * gone): never one the real call would meet, so never let through as
+ * "the call fails anyway" (refuse_unjournaled). */
+static int journal_err(int err)
+{
+	return err == -ENOENT || err == -ENOTDIR ? -EIO : err;
+}
+
 /* This process's segment for a change of P, with P's locks taken when
  * LOCK: 1 (go on, *G set), 0 (P is untracked: nothing to journal), or
  * -errno. */
@@ -206,7 +215,7 @@ static int begin_change(const char *p, bool lock, struct jseg **g)
 		return 0;
 	err = shim_segment(g);
 	if (err)
-		return err;
+		return journal_err(err);
 	if (lock)
 		lock_paths(*g, p, NULL);
 	return 1;
@@ -493,7 +502,7 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 			bump_namespace();
 		return 0;       /* both untracked: not journaled */
 	}
-	err = shim_segment(&g);
+	err = journal_err(shim_segment(&g));
 	if (!err) {
 		bool dirs;
 
@@ -521,7 +530,7 @@ HIDDEN int pre_create(int dirfd, const char *path)
 		return err == 1 ? 0 : err;
 	if (untracked(p))
 		return 0;
-	err = shim_segment(&g);
+	err = journal_err(shim_segment(&g));
 	if (!err) {
 		lock_paths(g, p, NULL);
 		err = jcap_create(g, shim_txn(), p);

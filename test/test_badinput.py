@@ -3,7 +3,9 @@ traceback or a signal: no journal, not a journal, a journal from a newer
 ftsbx, bad command lines. And a journal that cannot be written stops the
 change: a read-only journal directory, a full disk."""
 import os
+import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -295,3 +297,45 @@ def test_full_disk_stops_the_change_and_the_journal_stays_whole(populated, one_p
         assert proc.returncode == 3, f"jdrive exit {proc.returncode}: {proc.stderr!r}"
     finally:
         ns.close()
+
+
+# A journal whose log/ went away while the session ran (removed from outside):
+# a process that opens its first segment then cannot journal, and its change
+# is refused (EIO), not let through as if the path itself were missing.
+LOG_GONE_AGENT = """
+import os, sys
+sys.stdin.read(1)
+pid = os.fork()
+if pid == 0:
+    try:
+        open("new.txt", "w").write("x")
+        os._exit(0)
+    except OSError as e:
+        print(e.errno, flush=True)
+        os._exit(3)
+_, st = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(st))
+"""
+
+
+def test_a_journal_without_its_log_refuses_the_change(populated):
+    from test_shim_lib import PY, Shim
+    sh = Shim(populated)
+    before = sh.snap()
+    proc = subprocess.Popen([PY, "-c", LOG_GONE_AGENT], cwd=sh.ws, env=sh.env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(500):            # the root has made the session
+            if os.path.exists(os.path.join(sh.journal, b"log")):
+                break
+            time.sleep(0.01)
+        shutil.rmtree(os.path.join(sh.journal, b"log"))
+        out, err = proc.communicate(b"x", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, (proc.returncode, out, err)
+    assert out.split() == [b"5"], (out, err)          # EIO
+    assert b"cannot journal" in err, err
+    assert not os.path.exists(sh.p("new.txt"))
+    assert_same(before, sh.snap())
