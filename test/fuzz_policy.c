@@ -2,10 +2,10 @@
  * fuzz_policy.c - libFuzzer target for the policy parser (`make
  * fuzz-policy`). Each input is parsed as a policy; a policy that loads is
  * put through its compiled block (policy_from_blob must accept it, and
- * reject it cut short) and asked a few decisions. The input is also handed
- * to the sh -c scanner as a command string under the built-in policy, so
- * the shell reader is fuzzed with the same bytes. Nothing may crash, leak
- * or read out of bounds.
+ * reject it cut short or with a bit flipped) and asked a few decisions.
+ * The input is also handed to the sh -c scanner as a command string under
+ * the built-in policy, so the shell reader is fuzzed with the same bytes.
+ * Nothing may crash, leak or read out of bounds.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,6 +45,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(copy, p, n);
 		if (policy_from_blob(&mapped, copy, n) || !policy_from_blob(&mapped, copy, n - 8))
 			abort();
+		/* a bit flipped anywhere (where the input says) is refused */
+		size_t off = size ? ((size_t)data[0] << 8 | data[size - 1]) * 131 % n : 0;
+		((unsigned char *)copy)[off] ^= (unsigned char)(1u << (size % 8));
+		if (!policy_from_blob(&mapped, copy, n))
+			abort();
+		((unsigned char *)copy)[off] ^= (unsigned char)(1u << (size % 8));
 		policy_from_blob(&mapped, copy, n);
 		decide(&mapped, text);
 		free(copy);
