@@ -26,7 +26,6 @@ static unsigned char sticky_name[STICKY_MAX];   /* the length of "NAME=" */
 static size_t nsticky;
 
 /* state.c: S[0..N) == T[0..N)? (no libc call: the constructor's path) */
-HIDDEN bool same_bytes(const char *s, const char *t, size_t n);
 /* The constructor's path, with the constructor (state.c) */
 #define STARTUP_TEXT __attribute__((section(".text.startup")))
 

@@ -324,10 +324,6 @@ static bool refused_only_inside(const char *file, char *const argv[], const char
 	return policy_exec(pol, file, cut, shim_getenv("PATH"), &w) != PV_DENY;
 }
 
-/* opaque.c: opaque_exec, with the program's file as the policy found it. */
-HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
-			     const struct stat *known);
-
 HIDDEN int guard_exec(const char *file, char *const argv[])
 {
 	const char *why = NULL;

@@ -148,6 +148,10 @@ struct shim_state {
 extern HIDDEN struct shim_state shim;
 HIDDEN int shim_segment(struct jseg **g);
 HIDDEN void shim_segment_release(void);
+/* The atfork handler, registered at the first need (state.c). */
+HIDDEN void shim_atfork(void);
+/* Whether the N bytes at S and T are equal (the constructor's own loop). */
+HIDDEN bool same_bytes(const char *s, const char *t, size_t n);
 HIDDEN bool shim_session(void);
 /* Release the path locks a pre-change check took (after the real call). */
 HIDDEN void shim_unlock(void);
@@ -174,6 +178,7 @@ HIDDEN void txn_system_done(uint32_t key, int status);
 HIDDEN void guard_init(bool first);
 HIDDEN bool guard_active(void);        /* enforce mode: reads are judged */
 HIDDEN bool guard_audit(void);         /* audit mode: refusals recorded, not made */
+HIDDEN void guard_ready(void);         /* the mapped policy checked (once), before a first record */
 HIDDEN int guard_read(const char *p);
 HIDDEN int guard_write(const char *op, const char *p, mode_t type);
 HIDDEN int guard_exec(const char *file, char *const argv[]);
@@ -185,6 +190,9 @@ HIDDEN bool guard_rewind_counts(int status, char *const argv[]);
 /* opaque.c: static, setuid and Go programs at exec. */
 struct policy;
 HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[]);
+/* The same, with the program's file as the policy found it (KNOWN may be NULL). */
+HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
+			     const struct stat *known);
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal);
 /* io_uring does file operations no hook sees: it is refused as if the
  * kernel had none (ENOSYS: libuv, liburing users fall back to plain

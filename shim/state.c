@@ -31,8 +31,6 @@
 
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
 HIDDEN bool shim_ready HOT_DATA;
-HIDDEN void shim_atfork(void);
-HIDDEN void guard_ready(void);          /* guard.c: the policy checked */
 /* With them: every process writes the start of journal[], of self[] and the
  * fields after them, three pages in .bss (three faults); here two of those
  * pages are ones the loader writes anyway. */

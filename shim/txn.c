@@ -457,7 +457,6 @@ HIDDEN void txn_exec(char *const argv[], char *const envp[])
 }
 
 /* state.c: register the atfork handler now (before a fork). */
-HIDDEN void shim_atfork(void);
 
 /* The FTSBX_TXN of a program this process execs. */
 HIDDEN uint32_t txn_exec_txn(void)
