@@ -16,6 +16,20 @@ from conftest import BUILD, TXREPLAY, assert_same, diff_snapshots, populate, sna
 
 SHIM = os.path.join(BUILD, "libftsbx.so")
 
+
+def shim_env(tmp_path, preload=True, drop=(), **extra):
+    """The environment of a wrapped agent: the shim, a journal and HOME under
+    TMP_PATH, no transaction or root inherited from the test's own, DROP
+    removed, EXTRA added."""
+    env = dict(os.environ, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path))
+    if preload:
+        env["LD_PRELOAD"] = SHIM
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP", *drop):
+        env.pop(k, None)
+    env.update(extra)
+    return env
+
+
 AGENT = textwrap.dedent("""
     import subprocess, sys, concurrent.futures, multiprocessing as mp
 
@@ -43,10 +57,7 @@ AGENT = textwrap.dedent("""
 def run_agent(tmp_path, ws, on_failure="rewind"):
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               FTSBX_ON_FAILURE=on_failure)
-    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE=on_failure)
     return subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=env, capture_output=True,
                           text=True, timeout=120)
 
@@ -153,10 +164,8 @@ def start_calls(tmp_path, ws, mode, calls, on_failure="rewind", extra_env=None):
     agent = tmp_path / "start_agent.py"
     agent.write_text(START_AGENT)
     out = tmp_path / "snaps.pickle"
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               FTSBX_ON_FAILURE=on_failure, PATH="/usr/local/bin:/usr/bin:/bin", **(extra_env or {}))
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP", "PYTHONDONTWRITEBYTECODE"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE=on_failure, PATH="/usr/local/bin:/usr/bin:/bin",
+                   **(extra_env or {}))
     env["PYTHONDONTWRITEBYTECODE"] = "1"    # conftest's own .pyc stays out of the journal
     args = [a for m, argv, *group in calls for a in (m or "", group[0] if group else "", "\x1f".join(argv))]
     r = subprocess.run(["/usr/bin/python3", str(agent), mode, TESTDIR, str(out), *args], cwd=ws, env=env,
@@ -248,9 +257,7 @@ def test_a_vfork_child_that_changes_directory_leaves_the_agents_paths_alone(tmp_
             with open(f"rel{{i}}.txt", "w") as f:
                 f.write("written by the agent\\n")
     """))
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path))
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
-        env.pop(k, None)
+    env = shim_env(tmp_path)
     r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
@@ -348,10 +355,7 @@ def test_tool_calls_started_from_threads_at_once_are_each_their_own_transaction(
             codes = list(pool.map(call, range(80)))
         assert codes == [1 if i % 10 == 7 else 0 for i in range(80)], codes
     """))
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               FTSBX_ON_FAILURE="rewind")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE="rewind")
     r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
@@ -430,10 +434,8 @@ def shell_session(tmp_path, ws, mode, cmds, on_failure="keep"):
     agent = tmp_path / "shell_agent.py"
     agent.write_text(SHELL_AGENT)
     out = tmp_path / "shell.pickle"
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               FTSBX_ON_FAILURE=on_failure, PATH="/usr/local/bin:/usr/bin:/bin", PYTHONDONTWRITEBYTECODE="1")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE=on_failure, PATH="/usr/local/bin:/usr/bin:/bin",
+                   PYTHONDONTWRITEBYTECODE="1")
     r = subprocess.run(["/usr/bin/python3", str(agent), mode, TESTDIR, str(out), *cmds], cwd=ws, env=env,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -574,10 +576,7 @@ def test_a_shell_on_a_pseudo_terminal_is_a_session_shell(tmp_path):
     before = snapshot(os.fsencode(ws))
     agent = tmp_path / "pty_agent.py"
     agent.write_text(PTY_AGENT)
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               FTSBX_ON_FAILURE="rewind", PATH="/usr/local/bin:/usr/bin:/bin")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE="rewind", PATH="/usr/local/bin:/usr/bin:/bin")
     r = subprocess.run(["/usr/bin/python3", str(agent), "touch made.txt",
                         "sh -c 'echo bad > state.txt; mkdir junk; exit 3'", "touch after.txt"],
                        cwd=ws, env=env, capture_output=True, text=True, timeout=120)
@@ -622,10 +621,7 @@ def test_a_node_agent_loop_gets_a_transaction_per_call_and_rewinds_failures(tmp_
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
     (tmp_path / "agent.js").write_text(NODE_AGENT)
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               FTSBX_ON_FAILURE="rewind")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE="rewind")
     r = subprocess.run(["node", str(tmp_path / "agent.js")], cwd=ws, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -711,9 +707,7 @@ def test_tool_calls_on_reused_pids_reaped_in_any_order_keep_their_transactions(t
     before = snapshot(os.fsencode(ws))
     agent = tmp_path / "reuse_agent.py"
     agent.write_text(PID_REUSE_AGENT)
-    env = dict(os.environ, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path), FTSBX_ON_FAILURE="rewind")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP", "LD_PRELOAD"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, preload=False, drop=("LD_PRELOAD",), FTSBX_ON_FAILURE="rewind")
     script = f"exec 9>/proc/sys/kernel/ns_last_pid && exec env LD_PRELOAD={SHIM} /usr/bin/python3 {agent} 5"
     r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "/bin/sh", "-c", script], cwd=ws, env=env,
                        capture_output=True, text=True, timeout=300)
@@ -763,10 +757,7 @@ def test_a_java_agent_loop_records_the_commands_behind_jspawnhelper(tmp_path):
     before = snapshot(os.fsencode(ws))
     (tmp_path / "Agent.java").write_text(JAVA_AGENT)
     subprocess.run(["javac", "-d", str(tmp_path), str(tmp_path / "Agent.java")], check=True, timeout=300)
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               FTSBX_ON_FAILURE="rewind", TMPDIR=str(tmp_path))
-    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
-        env.pop(k, None)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE="rewind", TMPDIR=str(tmp_path))
     r = subprocess.run(["java", "-Xshare:auto", "-cp", str(tmp_path), "Agent"], cwd=ws, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -823,9 +814,7 @@ def test_each_tool_call_gets_its_own_txn_and_the_shims_variables_back_in_any_env
     ws = setup_ws(tmp_path)
     agent = tmp_path / "env_agent.py"
     agent.write_text(ENV_AGENT)
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path))
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
-        env.pop(k, None)
+    env = shim_env(tmp_path)
     r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
@@ -891,9 +880,7 @@ def test_a_daemon_child_journals_under_its_own_pid(tmp_path, first):
     ws = setup_ws(tmp_path)
     exe = tmp_path / "daemonize"
     subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(exe)], input=DAEMON.encode(), check=True)
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path))
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_TXN_GROUP"):
-        env.pop(k, None)
+    env = shim_env(tmp_path)
     r = subprocess.run(["/bin/sh", "-c", f"{exe} {first}"], cwd=ws, env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
