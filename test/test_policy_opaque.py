@@ -17,6 +17,17 @@ import pytest
 from conftest import BUILD
 
 SHIM = os.path.join(BUILD, "libftsbx.so")
+
+
+def run_wrapped(tmp_path, ws, script):
+    """Python SCRIPT run in WS under the shim (journal and HOME under
+    TMP_PATH, the default policy, no transaction of the test's own)."""
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               PATH="/usr/bin:/bin")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_POLICY"):
+        env.pop(k, None)
+    return subprocess.run(["/usr/bin/python3", "-c", script], cwd=ws, env=env, capture_output=True,
+                          text=True, timeout=120)
 HELLO = '#include <stdio.h>\nint main(void) { puts("ran"); return 0; }\n'
 
 # Each step: an action on ./prog, then two runs of it by each start method;
@@ -93,14 +104,8 @@ def test_a_program_changed_since_its_last_look_is_looked_at_again(tmp_path):
     for name, flags in (("prog", ["-static"]), ("static2", ["-static", "-O0"]), ("dyn", [])):
         subprocess.run(["gcc", "-O2", *flags, "-x", "c", "-", "-o", str(ws / name)], input=HELLO.encode(),
                        check=True)
-    (tmp_path / "agent.py").write_text(AGENT)
     time.sleep(2.2)             # old enough to be kept
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               PATH="/usr/bin:/bin")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_POLICY"):
-        env.pop(k, None)
-    r = subprocess.run(["/usr/bin/python3", str(tmp_path / "agent.py")], cwd=ws, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = run_wrapped(tmp_path, ws, AGENT)
     assert r.returncode == 0, r.stderr
     steps = eval(r.stdout.strip().splitlines()[-1])
     # the warnings the agent's own posix_spawn printed, per step
@@ -159,14 +164,8 @@ def test_go_programs_are_found_wherever_their_note_lies_in_the_first_8_kib(tmp_p
     prog = ws / "prog"
     prog.write_bytes(elf(phoff, note_at))
     prog.chmod(0o755)
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               PATH="/usr/bin:/bin")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_POLICY"):
-        env.pop(k, None)
-    script = ("import os\ntry:\n    os.waitpid(os.posix_spawn('./prog', ['./prog'], os.environ), 0)\n"
-              "except OSError as e:\n    print(e.errno)\n")
-    r = subprocess.run(["/usr/bin/python3", "-c", script], cwd=ws, env=env, capture_output=True, text=True,
-                       timeout=60)
+    r = run_wrapped(tmp_path, ws, "import os\ntry:\n    os.waitpid(os.posix_spawn('./prog', ['./prog'], os.environ), 0)\n"
+                    "except OSError as e:\n    print(e.errno)\n")
     assert ("is a Go program" in r.stderr) == go, r.stderr
 
 
@@ -201,14 +200,8 @@ def test_a_program_reached_through_symlinks_is_judged_by_the_file_they_lead_to(t
     os.symlink("real/prog", ws / "bin" / "l1")
     os.symlink("bin/l1", ws / "l2")
     os.symlink("bin", ws / "dirlink")
-    (tmp_path / "agent.py").write_text(SYMLINK_AGENT)
     time.sleep(2.2)             # old enough to be kept
-    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
-               PATH="/usr/bin:/bin")
-    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_POLICY"):
-        env.pop(k, None)
-    r = subprocess.run(["/usr/bin/python3", str(tmp_path / "agent.py")], cwd=ws, env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = run_wrapped(tmp_path, ws, SYMLINK_AGENT)
     assert r.returncode == 0, r.stderr
     static, replaced = eval(r.stdout.strip().splitlines()[-1])
     assert static == [True] * 8, static

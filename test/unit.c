@@ -56,6 +56,19 @@ static void seg_path(char *out, size_t n, const struct jseg *g)
 		snprintf(out, n, "%s/log/%llu-%d.ftj", sdir(), (unsigned long long)g->first_seq, (int)g->pid);
 }
 
+static void open_session(struct jsession *s, struct jseg *g);
+
+/* A session with one segment, both closed again. */
+static void made_session(void)
+{
+	struct jsession s;
+	struct jseg g;
+
+	open_session(&s, &g);
+	jseg_close(&g);
+	jsession_close(&s);
+}
+
 static void open_session(struct jsession *s, struct jseg *g)
 {
 	char *argv[] = { "unit", NULL };
@@ -435,9 +448,7 @@ static void test_session_without_shared_segments(void **state)
 	char err[256], path[400];
 
 	(void)state;
-	open_session(&s, &g);
-	jseg_close(&g);
-	jsession_close(&s);
+	made_session();
 	snprintf(path, sizeof(path), "%s/locks", sdir());
 	assert_int_equal(truncate(path, JL_STRIPES * sizeof(pthread_mutex_t)), 0);
 	open_session(&s, &g);
@@ -467,14 +478,11 @@ static void rewrite_u16(const char *path, off_t off, uint16_t v)
 static void test_newer_version_is_refused_with_a_message(void **state)
 {
 	struct jsession s;
-	struct jseg g;
 	struct jreader r;
 	char err[256], path[400];
 
 	(void)state;
-	open_session(&s, &g);
-	jseg_close(&g);
-	jsession_close(&s);
+	made_session();
 	snprintf(path, sizeof(path), "%s/session", sdir());
 	rewrite_u16(path, 8, J_VERSION + 1);
 	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), -EPROTONOSUPPORT);
@@ -546,9 +554,7 @@ static void test_session_without_features_keeps_them_off(void **state)
 	char err[256], path[400], obj[JOBJ_PATH_MAX];
 
 	(void)state;
-	open_session(&s, &g);
-	jseg_close(&g);
-	jsession_close(&s);
+	made_session();
 	snprintf(path, sizeof(path), "%s/session", sdir());
 	set_header_features(path, 0);
 	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
@@ -568,14 +574,11 @@ static void test_session_without_features_keeps_them_off(void **state)
 static void test_unknown_feature_is_refused_with_a_message(void **state)
 {
 	struct jsession s;
-	struct jseg g;
 	struct jreader r;
 	char err[256], path[400];
 
 	(void)state;
-	open_session(&s, &g);
-	jseg_close(&g);
-	jsession_close(&s);
+	made_session();
 	snprintf(path, sizeof(path), "%s/session", sdir());
 	set_header_features(path, JI_NEW | 0x80000000u);
 	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), -EPROTONOSUPPORT);
