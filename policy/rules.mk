@@ -8,7 +8,6 @@
 #   $(B)/test/policy_unit   the parser and decision tests (cmocka)
 #   make fuzz-policy        the parser under libFuzzer (FUZZ_SECONDS)
 
-INIH_A      := $(shell pkg-config --variable=libdir inih)/libinih.a
 POLICY_SRC  := $(wildcard policy/*.c)
 POLICY_OBJ  := $(POLICY_SRC:policy/%.c=$(B)/policy/%.o)
 POLICY_LIBS := $(INIH_A)
