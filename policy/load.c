@@ -90,12 +90,34 @@ static uint32_t add_cstr(struct build *b, const char *s)
 	return add_str(b, s, strlen(s));
 }
 
+/* S appended to T (of N bytes) at AT, cut where T ends as snprintf would:
+ * the new end. (snprintf's format machinery was a fifth of a compile.) */
+static size_t cat(char *t, size_t n, size_t at, const char *s)
+{
+	size_t k = strlen(s);
+
+	if (at + 1 >= n)
+		return at;
+	if (k > n - 1 - at)
+		k = n - 1 - at;
+	memcpy(t + at, s, k);
+	t[at + k] = 0;
+	return at + k;
+}
+
+#define COPY(t, s) cat(t, sizeof(t), 0, s)
+
 /* "[section] key = value": what a refusal names. */
 static uint32_t add_rule(struct build *b, const char *section, const char *key, const char *value)
 {
 	char t[MAX_LINE + 64];
+	size_t n = cat(t, sizeof(t), 0, "[");
 
-	snprintf(t, sizeof(t), "[%s] %s = %s", section, key, value);
+	n = cat(t, sizeof(t), n, section);
+	n = cat(t, sizeof(t), n, "] ");
+	n = cat(t, sizeof(t), n, key);
+	n = cat(t, sizeof(t), n, " = ");
+	cat(t, sizeof(t), n, value);
 	return add_cstr(b, t);
 }
 
@@ -260,7 +282,13 @@ static bool real_path(const char *p, char out[PATH_MAX])
 
 	if (fd < 0)
 		return false;
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	size_t n0 = COPY(proc, "/proc/self/fd/"), k = 0;
+	char digits[12];
+	for (unsigned v = (unsigned)fd; k == 0 || v; v /= 10)
+		digits[k++] = (char)('0' + v % 10);
+	while (k)
+		proc[n0++] = digits[--k];
+	proc[n0] = 0;
 	n = readlink(proc, out, PATH_MAX - 1);
 	close(fd);
 	if (n <= 0 || out[0] != '/')
@@ -307,7 +335,7 @@ static int add_erule(struct build *b, int table, const char *section, const char
 	struct pol_erule r = { .rule = add_rule(b, section, key, value) };
 	char *save, *t;
 
-	snprintf(v, sizeof(v), "%s", value);
+	COPY(v, value);
 	r.tok = (uint32_t)(b->tab[PT_TOKEN].len / sizeof(struct pol_etok));
 	for (t = strtok_r(v, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
 		if (bad_pattern(b, t))
@@ -358,7 +386,7 @@ static int parse_addr(struct build *b, const char *value, struct pol_net *n)
 	char a[PATH_MAX + 16], *slash, *port;
 	int max;
 
-	snprintf(a, sizeof(a), "%s", value);
+	COPY(a, value);
 	port = strpbrk(a, " \t");
 	if (port) {
 		*port++ = 0;
@@ -420,7 +448,7 @@ static int add_names(struct build *b, struct vec *v, const char *value)
 {
 	char t[MAX_LINE], *save;
 
-	snprintf(t, sizeof(t), "%s", value);
+	COPY(t, value);
 	for (char *w = strtok_r(t, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
 		if (bad_pattern(b, w) || strchr(w, '|'))
 			return fail(b, "bad program name '%s'", w);
@@ -470,7 +498,7 @@ static int set_choice(struct build *b, const struct choice_key *k, const char *v
 		}
 	}
 	char alts[128];
-	snprintf(alts, sizeof(alts), "%s", k->choices);
+	COPY(alts, k->choices);
 	for (char *p = alts; *p; p++)
 		if (*p == '|')
 			*p = '/';
@@ -482,7 +510,7 @@ static int set_rewind_on(struct build *b, const char *value)
 	static const char *const words[] = { "nonzero", "signal", "refusal" };
 	char t[256], *save;
 
-	snprintf(t, sizeof(t), "%s", value);
+	COPY(t, value);
 	b->h.rewind_on = 0;
 	for (char *w = strtok_r(t, " \t,", &save); w; w = strtok_r(NULL, " \t,", &save)) {
 		size_t i;
@@ -519,6 +547,8 @@ static int handler(void *user, const char *section, const char *key, const char 
 
 	if (b->err_line >= 0)
 		return 0;
+	if (!strcmp(section, "commands"))       /* most lines: no setting is there */
+		return add_erule(b, PT_DENY, section, key, value);
 	for (size_t i = 0; i < sizeof(choice_keys) / sizeof(choice_keys[0]); i++)
 		if (!strcmp(section, choice_keys[i].section) && !strcmp(key, choice_keys[i].key))
 			return set_choice(b, &choice_keys[i], value);
@@ -532,8 +562,6 @@ static int handler(void *user, const char *section, const char *key, const char 
 				b->have_writable |= k == PK_WRITABLE;
 				return add_path(b, k, key, value);
 			}
-	} else if (!strcmp(section, "commands")) {
-		return add_erule(b, PT_DENY, section, key, value);
 	} else if (!strcmp(section, "rewind")) {
 		if (!strcmp(key, "on_failure"))
 			return set_rewind_on(b, value);
@@ -701,7 +729,7 @@ static void defaults(struct build *b)
 	b->line = 0;
 	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
 		char p[PATH_MAX];
-		snprintf(p, sizeof(p), "%s", roots[i]);
+		COPY(p, roots[i]);
 		normalise(p);
 		add_prefix(b, PK_WRITABLE, p, add_cstr(b, "built-in: the workspace and the temporary directories"));
 	}
