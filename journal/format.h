@@ -7,6 +7,16 @@
  *
  *   SESSION/
  *     session            file header + one J_SESSION record (who, when, argv)
+ *     shared             (JI_SHARED) the page of shared counters below, then
+ *                        the locks file's layout (mutexes, lanes' table),
+ *                        mapped by every process (jshared_size() bytes);
+ *                        then 64 KiB where the session's first root leaves
+ *                        its compiled policy (a hole until then; its owner
+ *                        and length at byte 256 of the counters' page:
+ *                        struct jpolicy_slot, journal.h); then the reserve
+ *                        to the end of the file (given back by cutting the
+ *                        file after the policy's place). An older session
+ *                        has the three files seq, locks and reserve instead.
  *     seq                shared counters: 4096 bytes, mmap(MAP_SHARED); u64 at
  *                        offset 0 is the next sequence number, u64 at offset 8
  *                        the next transaction id, u64 at offset 16 the
@@ -15,6 +25,7 @@
  *                        offset 24 the namespace generation (bumped by the shim
  *                        before every rmdir, rename and symlink: ends cached
  *                        path verdicts). All only grow (atomic add).
+ *                        Bytes 256..271: the policy's slot (JI_SHARED).
  *                        Bytes 512..4095: 896 u32 slots where a process that
  *                        is not a tool call leaves its transaction id
  *                        (slot id % 896) for the root to see at its reaping.
@@ -146,8 +157,10 @@
 #define JI_OBJDIRS      0x00000002u     /* objects/D/S.EXT, D = S / J_OBJ_FANOUT (else objects/S.EXT) */
 #define JI_INODE_XATTRS 0x00000004u     /* a J_REMOVE may carry JR_INODE_XATTRS */
 #define JI_LANES        0x00000008u     /* log/lane-K.ftj: a segment may hold several writers' runs */
-#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES)
-#define JI_NEW          (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES)       /* what a new session gets */
+#define JI_SHARED       0x00000010u     /* SESSION/shared: the counters, the locks, the lanes and the
+					   reserve in one file (else SESSION/seq, locks and reserve) */
+#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES | JI_SHARED)
+#define JI_NEW          JI_KNOWN        /* what a new session gets */
 
 /* Record types. Each lists its fields; [opt] marks optional ones. */
 enum jtype {

@@ -42,6 +42,7 @@ struct jsession_info {
 	char *const *argv;             /* may be NULL */
 	const char *cwd;               /* may be NULL */
 	const char *policy;            /* policy hash, may be NULL */
+	uint32_t without;              /* JI_* left off JI_NEW: tests of older layouts */
 };
 
 /* Open the session in DIR, creating it (and DIR) atomically when absent and
@@ -50,6 +51,9 @@ struct jsession_info {
  * -EPROTONOSUPPORT for another format version. */
 int  jsession_open(struct jsession *s, const char *dir, const struct jsession_info *info);
 void jsession_close(struct jsession *s);
+/* Take back a session just created that nothing wrote into (log/ empty):
+ * its files, its directories and DIR. 0 or -errno (-ENOTEMPTY: in use). */
+int  jsession_discard(const char *dir);
 /* The default session directory (when FTSBX_JOURNAL is unset):
  * XDG_STATE/ftsbx/sessions/YYYYmmdd-HHMMSS-PID, XDG_STATE defaulting to
  * HOME/.local/state. The caller passes the two variables. */
@@ -64,6 +68,20 @@ int  jsession_sync(struct jsession *s);
  * slash included (0: none). No snprintf: it is on the path of every unlink. */
 #define JOBJ_NAME_MAX 48
 size_t jobject_name(char out[JOBJ_NAME_MAX], uint32_t features, uint64_t seq, const char *ext);
+/* SESSION/shared (JI_SHARED) keeps the compiled policy of one root (the
+ * first to claim it), so that a session's root creates no file for it: its
+ * bytes at jshared_size(), at most JL_POLICY_MAX of them; the owner (the
+ * root's pid, with JL_POLICY_CLAIMED) and the length on the counters' page,
+ * at byte JL_POLICY_SLOT. The length is stored last: 0 until the bytes are
+ * there. jshared_policy_put claims the place and writes the bytes: 0, or
+ * -EBUSY (another root has it), -EFBIG, -ENOTSUP (an older session), -errno. */
+struct jpolicy_slot { uint64_t owner, len; };
+#define JL_POLICY_SLOT    256
+#define JL_RELEASED_AT    512     /* the released transactions' slots (txn.c, format.h) */
+#define JL_POLICY_MAX     (64u << 10)
+#define JL_POLICY_CLAIMED (1ull << 63)
+size_t jshared_size(void);
+int  jshared_policy_put(struct jsession *s, uint32_t root, const void *p, size_t n);
 /* Free the session's reserved space (for rewind marks on a full disk). */
 int  jsession_release_reserve(struct jsession *s);
 /* Fresh numbers from the shared counters. */

@@ -22,70 +22,161 @@
 #define JL_MUTEX_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
 #define JL_LANES_OFF  ((JL_MUTEX_SIZE + 4095) & ~(size_t)4095)
 #define JL_FILE_SIZE  (JL_LANES_OFF + JL_LANES * sizeof(struct jlane))
+/* SESSION/shared (JI_SHARED): the counters' page (with the policy slot's
+ * owner and length), then the locks file's layout, what a process maps;
+ * then the policy's place, then the reserve to the end of the file. */
+#define JL_SHARED_MAP ((J_SEQ_FILE_SIZE + JL_FILE_SIZE + 4095) & ~(size_t)4095)
+#define JL_RESERVE_AT (JL_SHARED_MAP + JL_POLICY_MAX)
 
 size_t jlocks_size(void)
 {
 	return JL_FILE_SIZE;
 }
 
+/* What a process maps of SESSION/shared: the policy's place starts there. */
+size_t jshared_size(void)
+{
+	return JL_SHARED_MAP;
+}
+
+/* The policy's place (a hole until a root writes its block there) and the
+ * space kept for txreplay's rewind marks on a full filesystem, after what
+ * is mapped: as much of J_RESERVE_SIZE as the filesystem spares (a small
+ * one gets less). */
+static int make_reserve(int fd, off_t at)
+{
+	int err = ENOSPC;
+
+	for (off_t n = J_RESERVE_SIZE; n >= 8192 && err == ENOSPC; n /= 4)
+		err = posix_fallocate(fd, at + JL_POLICY_MAX, n);
+	if (err == ENOSPC || err == EOPNOTSUPP || err == EINVAL)
+		err = ftruncate(fd, at + JL_POLICY_MAX) < 0 ? errno : 0;      /* the policy's place at least */
+	return -err;
+}
+
 /* The file is written (not made sparse and mapped): a full filesystem then
  * fails the creation with ENOSPC instead of a SIGBUS at a later lock. An
  * all-zero mutex is neither robust nor process-shared, so each one is an
- * initialised copy; a page of them at a time. */
-int jlocks_create(int dfd)
+ * initialised copy; a page of them at a time. SHARED: SESSION/shared, with
+ * the counters first and the reserve last; else SESSION/locks. */
+int jlocks_create(int dfd, bool shared)
 {
 	enum { PER = 4096 / sizeof(pthread_mutex_t) };
 	pthread_mutexattr_t a;
 	pthread_mutex_t m[PER];
 	int fd, err = 0;
+	size_t end = shared ? JL_SHARED_MAP : JL_FILE_SIZE, at = shared ? J_SEQ_FILE_SIZE : 0;
 
 	pthread_mutexattr_init(&a);
 	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
 	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
 	memset(m, 0, sizeof(m));
+	fd = openat(dfd, shared ? "shared" : "locks", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		pthread_mutexattr_destroy(&a);
+		return -errno;
+	}
+	if (shared) {                   /* the counters, all zero */
+		static const uint8_t zero[J_SEQ_FILE_SIZE];
+		err = jwrite_all(fd, zero, sizeof(zero));
+	}
 	for (unsigned i = 0; i < PER; i++)
 		pthread_mutex_init(&m[i], &a);
 	pthread_mutexattr_destroy(&a);
-	fd = openat(dfd, "locks", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
 	for (unsigned i = 0; i < JL_STRIPES && !err; i += PER) {
 		unsigned k = JL_STRIPES - i < PER ? JL_STRIPES - i : PER;
 		err = jwrite_all(fd, m, k * sizeof(m[0]));
 	}
 	/* the shared segments' table, all free (zero), on a page of its own */
 	memset(m, 0, sizeof(m));
-	for (size_t off = JL_MUTEX_SIZE; off < JL_FILE_SIZE && !err;) {
-		size_t k = JL_FILE_SIZE - off < sizeof(m) ? JL_FILE_SIZE - off : sizeof(m);
+	for (size_t off = at + JL_MUTEX_SIZE; off < end && !err;) {
+		size_t k = end - off < sizeof(m) ? end - off : sizeof(m);
 		err = jwrite_all(fd, m, k);
 		off += k;
 	}
+	if (!err && shared)
+		err = make_reserve(fd, (off_t)JL_SHARED_MAP);
 	close(fd);
 	return err;
 }
 
 /* A locks file of an older session has no table of shared segments: its
- * processes each write a segment of their own. */
+ * processes each write a segment of their own. A JI_SHARED session maps
+ * its counters from the same file. */
 int jlocks_map(struct jsession *s)
 {
-	int fd = openat(s->dirfd, "locks", O_RDWR | O_CLOEXEC);
+	bool shared = s->features & JI_SHARED;
+	int fd = openat(s->dirfd, shared ? "shared" : "locks", O_RDWR | O_CLOEXEC);
+	size_t at = shared ? J_SEQ_FILE_SIZE : 0;
 	struct stat st;
-	void *m;
+	char *m;
 
 	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0 || st.st_size < (off_t)JL_MUTEX_SIZE) {
+		return errno == ENOENT && shared ? -EPROTO : -errno;
+	if (fstat(fd, &st) < 0 || st.st_size < (off_t)(at + JL_MUTEX_SIZE) ||
+	    (shared && st.st_size < (off_t)JL_RESERVE_AT)) {
 		close(fd);
 		return -EPROTO;
 	}
-	m = mmap(NULL, JL_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	m = mmap(NULL, shared ? JL_SHARED_MAP : JL_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return -errno;
-	s->locks = m;
-	s->lanes = (s->features & JI_LANES) && st.st_size >= (off_t)JL_FILE_SIZE ?
-		   (struct jlane *)((char *)m + JL_LANES_OFF) : NULL;
+	if (shared)
+		s->ctr = (uint64_t *)(void *)m;
+	s->locks = (pthread_mutex_t *)(void *)(m + at);
+	s->lanes = (s->features & JI_LANES) && st.st_size >= (off_t)(at + JL_FILE_SIZE) ?
+		   (struct jlane *)(void *)(m + at + JL_LANES_OFF) : NULL;
 	return 0;
+}
+
+/* Give the reserve back: SESSION/shared cut after the policy's place. */
+int jshared_release_reserve(struct jsession *s)
+{
+	int fd = openat(s->dirfd, "shared", O_WRONLY | O_CLOEXEC);
+	struct stat st;
+	int err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		err = -errno;
+	else if (st.st_size <= (off_t)JL_RESERVE_AT)
+		err = -ENOENT;          /* given back already */
+	else if (ftruncate(fd, (off_t)JL_RESERVE_AT) < 0)
+		err = -errno;
+	close(fd);
+	return err;
+}
+
+int jshared_policy_put(struct jsession *s, uint32_t root, const void *p, size_t n)
+{
+	struct jpolicy_slot *slot;
+	uint64_t free_ = 0;
+	int fd, err = 0;
+
+	if (!(s->features & JI_SHARED) || !s->ctr)
+		return -ENOTSUP;
+	if (n == 0 || n > JL_POLICY_MAX)
+		return -EFBIG;
+	slot = (struct jpolicy_slot *)(void *)((char *)s->ctr + JL_POLICY_SLOT);
+	if (!__atomic_compare_exchange_n(&slot->owner, &free_, JL_POLICY_CLAIMED | root, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return -EBUSY;
+	fd = openat(s->dirfd, "shared", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (size_t done = 0; done < n && !err;) {
+		ssize_t k = pwrite(fd, (const char *)p + done, n - done, (off_t)(JL_SHARED_MAP + done));
+		if (k > 0)
+			done += (size_t)k;
+		else if (k == 0 || errno != EINTR)
+			err = k == 0 ? -EIO : -errno;
+	}
+	close(fd);
+	if (!err)
+		__atomic_store_n(&slot->len, n, __ATOMIC_RELEASE);
+	return err;
 }
 
 static unsigned stripe(const char *p, size_t n)

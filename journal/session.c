@@ -114,26 +114,11 @@ static int write_file_at(int dfd, const char *name, const void *p, size_t n)
 	return err;
 }
 
-/* Space kept for txreplay's rewind marks on a full filesystem: as much of
- * J_RESERVE_SIZE as the filesystem spares (a small one gets less). */
-static int make_reserve(int dfd)
-{
-	int fd = openat(dfd, "reserve", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	int err = ENOSPC;
-
-	if (fd < 0)
-		return -errno;
-	for (off_t n = J_RESERVE_SIZE; n >= 8192 && err == ENOSPC; n /= 4)
-		err = posix_fallocate(fd, 0, n);
-	close(fd);
-	return err == 0 || err == ENOSPC || err == EOPNOTSUPP || err == EINVAL ? 0 : -err;
-}
-
 /* What a durable session needs on disk before its first change: its
  * files, its directories, and its own name in the parent directory. */
 int jsession_sync(struct jsession *s)
 {
-	static const char *const files[] = { "session", "seq", "locks", "reserve", "log", "objects", ".." };
+	static const char *const files[] = { "session", "shared", "seq", "locks", "reserve", "log", "objects", ".." };
 	int err = 0;
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]) && !err; i++) {
@@ -154,20 +139,29 @@ int jsession_sync(struct jsession *s)
 
 int jsession_release_reserve(struct jsession *s)
 {
+	if (s->features & JI_SHARED)
+		return jshared_release_reserve(s);
 	return unlinkat(s->dirfd, "reserve", 0) == 0 ? 0 : -errno;
 }
 
-static void remove_tmp(const char *tmp)
+/* Remove the files and directories a session is created with, then DIR:
+ * nothing else (a session some process wrote into keeps its log/). */
+static int remove_created(const char *dir)
 {
+	static const char *const names[] = { "log", "objects", "session", "shared", "seq", "reserve", "locks" };
 	char p[PATH_MAX];
-	static const char *const names[] = { "session", "seq", "reserve", "locks", "log", "objects" };
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		snprintf(p, sizeof(p), "%s/%s", tmp, names[i]);
-		if (unlink(p) < 0)
-			rmdir(p);
+		snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+		if (unlink(p) < 0 && rmdir(p) < 0 && errno != ENOENT && errno != ENOTDIR && i == 0)
+			return -errno;
 	}
-	rmdir(tmp);
+	return rmdir(dir) == 0 ? 0 : -errno;
+}
+
+int jsession_discard(const char *dir)
+{
+	return remove_created(dir);
 }
 
 /* Build a complete session under a temporary name beside DIR, then rename it
@@ -176,12 +170,12 @@ static int create_session(const char *dir, const struct jsession_info *info)
 {
 	char tmp[PATH_MAX];
 	uint8_t salt[J_SALT_LEN], hdr[J_FILE_HDR], link[J_LINK_LEN];
-	static uint8_t zero[J_SEQ_FILE_SIZE];
 	uint8_t buf[16384];
 	struct jsession s;
 	struct jbuild b;
 	char cwd[PATH_MAX];
 	int dfd = -1, err;
+	uint32_t features = JI_NEW & ~info->without;
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.new.%d", dir, (int)getpid()) >= sizeof(tmp))
 		return -ENAMETOOLONG;
@@ -197,7 +191,7 @@ static int create_session(const char *dir, const struct jsession_info *info)
 		err = mkdir(tmp, 0700) < 0 ? -errno : 0;
 	}
 	if (err == -EEXIST) {
-		remove_tmp(tmp);
+		remove_created(tmp);
 		err = mkdir(tmp, 0700) < 0 ? -errno : 0;
 	}
 	if (err)
@@ -211,17 +205,22 @@ static int create_session(const char *dir, const struct jsession_info *info)
 		err = -errno;
 		goto out;
 	}
-	err = write_file_at(dfd, "seq", zero, sizeof(zero));
-	if (!err)
-		err = make_reserve(dfd);
-	if (!err)
-		err = jlocks_create(dfd);
+	if (features & JI_SHARED) {
+		err = jlocks_create(dfd, true);
+	} else {                /* the older layout: three files */
+		static const uint8_t zero[J_SEQ_FILE_SIZE];
+		err = write_file_at(dfd, "seq", zero, sizeof(zero));
+		if (!err)
+			err = write_file_at(dfd, "reserve", NULL, 0);
+		if (!err)
+			err = jlocks_create(dfd, false);
+	}
 	if (err)
 		goto out;
 	memset(&s, 0, sizeof(s));
 	memcpy(s.salt, salt, sizeof(salt));
 	s.seed = jseed(salt);
-	jfile_header(hdr, salt, J_KIND_SESSION, JI_NEW);
+	jfile_header(hdr, salt, J_KIND_SESSION, features);
 	jchain_start(link, salt, hdr);
 	jb_init(&b, buf + J_FILE_HDR, sizeof(buf) - J_FILE_HDR, J_SESSION, 0, 0);
 	jb_u32(&b, F_PID, (uint32_t)getpid());
@@ -251,7 +250,7 @@ static int create_session(const char *dir, const struct jsession_info *info)
 out:
 	if (dfd >= 0)
 		close(dfd);
-	remove_tmp(tmp);
+	remove_created(tmp);
 	return err;
 }
 
@@ -304,11 +303,20 @@ int jsession_open(struct jsession *s, const char *dir, const struct jsession_inf
 	s->dirfd = jfd_high(s->dirfd);
 	s->logfd = jfd_high(openat(s->dirfd, "log", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 	s->objfd = jfd_high(openat(s->dirfd, "objects", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	fd = openat(s->dirfd, "seq", O_RDWR | O_CLOEXEC);
-	if (s->logfd < 0 || s->objfd < 0 || fd < 0) {
+	if (s->logfd < 0 || s->objfd < 0) {
 		err = errno == ENOENT ? -EPROTO : -errno;
-		if (fd >= 0)
-			close(fd);
+		goto fail;
+	}
+	if (s->features & JI_SHARED) {
+		/* one file: the counters, the locks and the lanes */
+		err = jlocks_map(s);
+		if (err)
+			goto fail;
+		return 0;
+	}
+	fd = openat(s->dirfd, "seq", O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		err = errno == ENOENT ? -EPROTO : -errno;
 		goto fail;
 	}
 	m = mmap(NULL, J_SEQ_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -326,10 +334,15 @@ fail:
 
 void jsession_close(struct jsession *s)
 {
-	if (s->ctr)
-		munmap(s->ctr, J_SEQ_FILE_SIZE);
-	if (s->locks)
-		munmap(s->locks, jlocks_size());
+	if (s->features & JI_SHARED) {
+		if (s->ctr)
+			munmap(s->ctr, jshared_size());
+	} else {
+		if (s->ctr)
+			munmap(s->ctr, J_SEQ_FILE_SIZE);
+		if (s->locks)
+			munmap(s->locks, jlocks_size());
+	}
 	s->ctr = NULL;
 	s->locks = NULL;
 	s->lanes = NULL;

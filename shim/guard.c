@@ -73,6 +73,12 @@ static void load_and_publish(void)
 		fail_closed(err);
 	shim_session();         /* the root's, opened after the policy (state.c) */
 	policy_blob(pol, &blob, &n);
+	/* in the session's shared file: no file of its own to create */
+	if (jshared_policy_put(&shim.s, (uint32_t)getpid(), blob, n) == 0) {
+		snprintf(tmp, sizeof(tmp), "%d+", (int)getpid());
+		shim_setenv("FTSBX_ROOT", tmp);
+		return;
+	}
 	snprintf(tmp, sizeof(tmp), "policy-%d.new", (int)getpid());
 	fd = openat(shim.s.dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0400);
 	if (fd < 0 || write(fd, blob, n) != (ssize_t)n || close(fd) < 0)
@@ -150,6 +156,34 @@ static void took(void)
 		shim.s.flags |= JS_DURABLE;
 }
 
+/* A later process of a root that left its block in SESSION/shared (PATH):
+ * the first page (the slot's owner and length) and the block after what
+ * the session maps, in one mapping. */
+STARTUP_TEXT static void map_slot(const char *path, const char *root)
+{
+	const struct jpolicy_slot *slot;
+	uint64_t pid = 0, len;
+	size_t at = jshared_size();
+	struct stat st;
+	char *p;
+	int fd;
+
+	for (; *root >= '0' && *root <= '9'; root++)
+		pid = pid * 10 + (uint64_t)(*root - '0');
+	fd = sys_open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || sys_fstat(fd, &st) < 0 || st.st_size < (off_t)(at + JL_POLICY_MAX) ||
+	    (p = sys_mmap(at + JL_POLICY_MAX, PROT_READ, MAP_SHARED, fd)) == MAP_FAILED)
+		fail_closed("the session's compiled policy is missing");
+	sys_close(fd);
+	slot = (const struct jpolicy_slot *)(const void *)(p + JL_POLICY_SLOT);
+	len = __atomic_load_n(&slot->len, __ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&slot->owner, __ATOMIC_ACQUIRE) != (JL_POLICY_CLAIMED | pid) || !len ||
+	    len > JL_POLICY_MAX)
+		fail_closed("the session's compiled policy is damaged");
+	blob = p + at;
+	blob_size = (size_t)len;
+}
+
 /* A later process: map the block the first one left. */
 STARTUP_TEXT static void map_published(void)
 {
@@ -159,15 +193,22 @@ STARTUP_TEXT static void map_published(void)
 	void *p;
 
 	const char *root = shim_getenv("FTSBX_ROOT");
-	static const char name[] = "/policy-";
+	static const char name[] = "/policy-", shared[] = "/shared";
 	char path[PATH_MAX + 32];
-	size_t n = shim.journal_len;
+	size_t n = shim.journal_len, k = 0;
 
-	/* JOURNAL/policy-ROOT, without snprintf (state.c: the constructor's
-	 * path) */
+	/* JOURNAL/policy-ROOT, or JOURNAL/shared for a root whose FTSBX_ROOT
+	 * ends in '+', without snprintf (state.c: the constructor's path) */
 	if (!root)
 		root = "0";
+	while (root[k] >= '0' && root[k] <= '9')
+		k++;
 	memcpy(path, shim.journal, n);
+	if (root[k] == '+' && !root[k + 1] && k) {
+		memcpy(path + n, shared, sizeof(shared));
+		map_slot(path, root);
+		return;
+	}
 	memcpy(path + n, name, sizeof(name) - 1);
 	n += sizeof(name) - 1;
 	for (size_t i = 0; root[i] && n < sizeof(path) - 1; i++)

@@ -410,7 +410,7 @@ static bool not_a_tool_call(char *const argv[])
 #define RELEASED_SLOTS 896
 static uint32_t *released(void)
 {
-	return (uint32_t *)((char *)shim.s.ctr + 512);
+	return (uint32_t *)((char *)shim.s.ctr + JL_RELEASED_AT);
 }
 
 static void release(uint32_t key)

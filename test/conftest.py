@@ -141,6 +141,16 @@ def salt_of(session):
 
 # --- damage ---------------------------------------------------------------------
 
+def last_seq(session):
+    """The session's last seq taken: the first counter of SESSION/shared
+    (JI_SHARED), or of SESSION/seq in an older session."""
+    name = os.path.join(_b(session), b"shared")
+    if not os.path.exists(name):
+        name = os.path.join(_b(session), b"seq")
+    with open(name, "rb") as f:
+        return struct.unpack("<Q", f.read(8))[0]
+
+
 def shrink(path, n):
     """Cut the file PATH down to its first N bytes."""
     os.truncate(path, n)

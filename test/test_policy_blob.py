@@ -1,7 +1,8 @@
 """The compiled policy a session's processes map (guard.c, policy/decide.c).
 
 The session's root compiles its policy once and leaves the block in the
-session directory (SESSION/policy-ROOTPID); every later process maps it at
+session (in SESSION/shared, or SESSION/policy-ROOTPID for a second root of
+the same session); every later process maps it at
 its first question to the policy (here: cat's open of a file) and checks it
 (magic, version, size, hash, every offset) before it trusts it. A block
 that was cut short, lengthened or changed in any byte stops the process
@@ -12,6 +13,7 @@ as usual.
 """
 import os
 import shutil
+import struct
 import subprocess
 
 import pytest
@@ -21,20 +23,57 @@ from conftest import BUILD
 SHIM = os.path.join(BUILD, "libftsbx.so")
 
 
-@pytest.fixture
-def session(tmp_path):
+class SlotBlob:
+    """The block a root leaves in SESSION/shared: its bytes after what the
+    session maps (where the block's magic is), its length on the first page
+    (struct jpolicy_slot at byte 256: owner, length)."""
+    LEN_AT = 256 + 8
+
+    def __init__(self, path):
+        self.path = path
+        data = path.read_bytes()
+        self.at = data.index(b"FPOL", 4096)
+        assert self.at % 4096 == 0, self.at
+
+    def read_bytes(self):
+        data = self.path.read_bytes()
+        return data[self.at:self.at + struct.unpack_from("<Q", data, self.LEN_AT)[0]]
+
+    def write_bytes(self, b):
+        with open(self.path, "r+b") as f:
+            f.seek(self.at)
+            f.write(b)
+            f.seek(self.LEN_AT)
+            f.write(struct.pack("<Q", len(b)))
+
+
+def make_session(tmp_path, kind):
     """A session made by a root (sh), and the environment of a process the
-    root's tool call would start in it."""
+    root's tool call would start in it. The session's first root leaves its
+    block in SESSION/shared (FTSBX_ROOT=PID+); a later root of the same
+    session in a file of its own (SESSION/policy-PID)."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LD_PRELOAD": SHIM,
            "FTSBX_JOURNAL": str(tmp_path / "j")}
-    out = subprocess.run(["/bin/sh", "-c", 'echo "$FTSBX_ROOT"'], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, check=True)
+    for _ in range(1 if kind == "shared" else 2):
+        out = subprocess.run(["/bin/sh", "-c", 'echo "$FTSBX_ROOT"'], env=env, cwd=tmp_path, capture_output=True,
+                             text=True, check=True)
     root = out.stdout.strip()
-    blob = tmp_path / "j" / f"policy-{root}"
-    assert blob.exists(), list((tmp_path / "j").iterdir())
-    os.chmod(blob, 0o600)       # the root leaves it read-only: the test damages it
+    if kind == "shared":
+        assert root.endswith("+"), root
+        blob = SlotBlob(tmp_path / "j" / "shared")
+    else:
+        assert root.isdigit(), root
+        blob = tmp_path / "j" / f"policy-{root}"
+        assert blob.exists(), list((tmp_path / "j").iterdir())
+        os.chmod(blob, 0o600)       # the root leaves it read-only: the test damages it
+    assert blob.read_bytes().startswith(b"FPOL")
     child = dict(env, FTSBX_ROOT=root, FTSBX_TXN="7")
     return blob, child, tmp_path
+
+
+@pytest.fixture(params=["shared", "file"])
+def session(request, tmp_path):
+    return make_session(tmp_path, request.param)
 
 
 def start(child, cwd):
@@ -82,10 +121,10 @@ def test_a_compiled_policy_with_any_byte_changed_stops_the_process(session):
     assert start(child, cwd).returncode == 0
 
 
-def test_a_session_without_its_compiled_policy_loads_the_policy_itself(session):
+def test_a_session_without_its_compiled_policy_loads_the_policy_itself(tmp_path):
     """(A session made by an older shim has no block: the process compiles
     the policy it names, or the built-in one, as the root did.)"""
-    blob, child, cwd = session
+    blob, child, cwd = make_session(tmp_path, "file")
     blob.unlink()
     r = start(child, cwd)
     assert r.returncode == 0 and r.stdout == "started\n", r.stderr

@@ -240,7 +240,7 @@ def rewrite_file(path, salt, features, edit):
 
 def downgrade_to_flat_layout(sess, xattrs_of):
     """SESS as an ftsbx before the objects/ subdirectories wrote it: no
-    features, objects/S.EXT, and each removal that left the xattrs to the
+    features, objects/S.EXT, SESSION/seq, locks and reserve, and each removal that left the xattrs to the
     kept inode listing them instead (XATTRS_OF: path -> [(name, value)],
     as they were before the change)."""
     def old_record(fr):
@@ -258,6 +258,14 @@ def downgrade_to_flat_layout(sess, xattrs_of):
         for n in os.listdir(os.path.join(top, d)):
             os.rename(os.path.join(top, d, n), os.path.join(top, n))
         os.rmdir(os.path.join(top, d))
+    # SESSION/shared as three files: the counters' page, the path locks (40
+    # bytes each of 1024; no lanes' table) and the reserve
+    with open(os.path.join(sess, b"shared"), "rb") as f:
+        shared = f.read()
+    for name, data in ((b"seq", shared[:4096]), (b"locks", shared[4096:4096 + 40 * 1024]), (b"reserve", b"")):
+        with open(os.path.join(sess, name), "wb") as f:
+            f.write(data)
+    os.unlink(os.path.join(sess, b"shared"))
 
 
 def xattr_list(path):

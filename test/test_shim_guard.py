@@ -24,14 +24,15 @@ def shim(populated):
 
 def journal_state(journal):
     """rel -> (type, mode, content or size) for every entry of the journal;
-    dedup, seq and locks (shared tables changed in place) by size only."""
+    dedup, shared (seq and locks in older sessions: tables changed in place)
+    by size only."""
     out = {}
     for top, dirs, files in os.walk(journal):
         for name in dirs + files:
             path = os.path.join(top, name)
             rel = os.path.relpath(path, journal)
             st = os.lstat(path)
-            if not stat.S_ISREG(st.st_mode) or rel in (b"dedup", b"seq", b"locks"):
+            if not stat.S_ISREG(st.st_mode) or rel in (b"dedup", b"shared", b"seq", b"locks"):
                 out[rel] = (stat.S_IFMT(st.st_mode), st.st_mode, st.st_size)
             else:
                 with open(path, "rb") as f:
@@ -69,7 +70,7 @@ ATTACKS = {
     "symlink_to_dir": b"ln -s %s jd && echo evil > jd/session" % J,
     "symlink_to_dir_new_file": b"ln -s %s jd && echo evil > jd/x" % J,
     "hard_link": b"ln %s/session stolen && echo evil >> stolen" % J,
-    "python_os_open": b"%s -c 'import os; os.open(os.environ[\"FTSBX_JOURNAL\"] + \"/seq\", os.O_RDWR)'"
+    "python_os_open": b"%s -c 'import os; os.open(os.environ[\"FTSBX_JOURNAL\"] + \"/shared\", os.O_RDWR)'"
                       % PY.encode(),
     # a process's thread judges d/sub outside the journal and remembers it;
     # then another process's directory renames alone put a symlink into the

@@ -7,11 +7,10 @@ renamed or reached through symlinks meanwhile, hard links and xattrs, many
 files and from many processes at once, then rewinds and finds the tree
 exactly as it was."""
 import os
-import struct
 
 import pytest
 
-from conftest import assert_same
+from conftest import assert_same, last_seq
 from test_shim_lib import PY, Shim, q
 
 FANOUT = 100    # journal/format.h, J_OBJ_FANOUT
@@ -160,8 +159,7 @@ def test_removal_into_subdirectories_another_process_made(shim):
     """The subdirectories of the next seqs exist already, made by another
     writer of the session: the kept inodes go into them as they are."""
     shim.sh(b"true")
-    with open(os.path.join(shim.journal, b"seq"), "rb") as f:
-        seq = struct.unpack("<Q", f.read(8))[0]     # the last seq taken
+    seq = last_seq(shim.journal)
     top = os.path.join(shim.journal, b"objects")
     for d in range(seq // FANOUT, seq // FANOUT + 3):
         os.mkdir(os.path.join(top, b"%d" % d), 0o700)
@@ -207,8 +205,7 @@ def test_removal_is_refused_when_its_object_subdirectory_cannot_be(shim):
     the inode cannot be kept, so the unlink is refused and nothing changes
     (the journal's ENOTDIR is not the program's own call failing)."""
     shim.sh(b"true")
-    with open(os.path.join(shim.journal, b"seq"), "rb") as f:
-        seq = struct.unpack("<Q", f.read(8))[0]
+    seq = last_seq(shim.journal)
     for d in range(seq // FANOUT, seq // FANOUT + 3):
         with open(os.path.join(shim.journal, b"objects", b"%d" % d), "wb") as f:
             f.write(b"in the way\n")

@@ -19,6 +19,7 @@
 #include <zlib.h>
 #include <cmocka.h>
 #include "../journal/journal.h"
+#include "../journal/internal.h"
 
 static char scratch[256];
 
@@ -436,6 +437,18 @@ static void test_shared_segment_across_pid_namespaces(void **state)
 	jsession_close(&s);
 }
 
+/* A session with nothing written into it yet, made WITHOUT some of the
+ * features of a new one (an older layout). */
+static void bare_session(uint32_t without)
+{
+	char *argv[] = { "unit", NULL };
+	struct jsession_info info = { .argv = argv, .cwd = "/w", .without = without };
+	struct jsession s;
+
+	assert_int_equal(jsession_open(&s, sdir(), &info), 0);
+	jsession_close(&s);
+}
+
 /* A session made before shared segments (its locks file ends after the
  * mutexes) still takes writers: each gets a segment of its own. */
 static void test_session_without_shared_segments(void **state)
@@ -448,7 +461,7 @@ static void test_session_without_shared_segments(void **state)
 	char err[256], path[400];
 
 	(void)state;
-	made_session();
+	bare_session(JI_SHARED);
 	snprintf(path, sizeof(path), "%s/locks", sdir());
 	assert_int_equal(truncate(path, JL_STRIPES * sizeof(pthread_mutex_t)), 0);
 	open_session(&s, &g);
@@ -462,8 +475,103 @@ static void test_session_without_shared_segments(void **state)
 	jsession_close(&s);
 	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
 	assert_int_equal(r.ndmg, 0);
-	assert_int_equal(r.nrec, 3);
+	assert_int_equal(r.nrec, 2);
 	jreader_close(&r);
+}
+
+/* The reserve (room for rewind marks on a full disk) is given back once:
+ * SESSION/shared is cut after the policy's place; the counters go on. */
+static void test_reserve_is_given_back_once(void **state)
+{
+	struct jsession s;
+	struct stat st;
+	char path[400];
+	uint64_t seq;
+
+	(void)state;
+	bare_session(0);
+	snprintf(path, sizeof(path), "%s/shared", sdir());
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	seq = jsession_next_seq(&s);
+	assert_int_equal(stat(path, &st), 0);
+	assert_true(st.st_size > (off_t)(jshared_size() + JL_POLICY_MAX));
+	assert_int_equal(jsession_release_reserve(&s), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, (off_t)(jshared_size() + JL_POLICY_MAX));
+	assert_int_equal(jsession_release_reserve(&s), -ENOENT);
+	assert_int_equal(jsession_next_seq(&s), seq + 1);
+	jsession_close(&s);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(jsession_next_seq(&s), seq + 2);
+	jsession_close(&s);
+}
+
+/* One root's compiled policy in SESSION/shared: the first claim has the
+ * place, its bytes after what is mapped and its length on the first page;
+ * a second root is told EBUSY, a block too big EFBIG, an older session
+ * ENOTSUP; the reserve given back leaves the block whole. */
+static void test_policy_slot_takes_one_root(void **state)
+{
+	struct jsession s;
+	struct jpolicy_slot slot;
+	char path[400], blob[3000], back[3000];
+	int fd;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(blob); i++)
+		blob[i] = (char)(i * 7 + 1);
+	bare_session(0);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(jshared_policy_put(&s, 4242, blob, JL_POLICY_MAX + 1), -EFBIG);
+	assert_int_equal(jshared_policy_put(&s, 4242, blob, sizeof(blob)), 0);
+	assert_int_equal(jshared_policy_put(&s, 4343, blob, 10), -EBUSY);
+	assert_int_equal(jsession_release_reserve(&s), 0);
+	jsession_close(&s);
+	snprintf(path, sizeof(path), "%s/shared", sdir());
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &slot, sizeof(slot), JL_POLICY_SLOT), sizeof(slot));
+	assert_true(slot.owner == (JL_POLICY_CLAIMED | 4242));
+	assert_int_equal(slot.len, sizeof(blob));
+	assert_int_equal(pread(fd, back, sizeof(back), (off_t)jshared_size()), sizeof(back));
+	assert_memory_equal(back, blob, sizeof(blob));
+	close(fd);
+}
+
+/* An older session has no place for it: each root writes a file. */
+static void test_policy_slot_not_in_an_older_session(void **state)
+{
+	struct jsession s;
+
+	(void)state;
+	bare_session(JI_SHARED);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(jshared_policy_put(&s, 4242, "x", 1), -ENOTSUP);
+	jsession_close(&s);
+}
+
+/* A session of the older layout: its counters in SESSION/seq go on, its
+ * reserve is a file of its own, removed once. */
+static void test_older_session_layout_still_works(void **state)
+{
+	struct jsession s;
+	char path[400];
+	uint64_t seq;
+
+	(void)state;
+	bare_session(JI_SHARED);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	seq = jsession_next_seq(&s);
+	jsession_close(&s);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(s.features, JI_NEW & ~JI_SHARED);
+	assert_non_null(s.lanes);
+	assert_int_equal(jsession_next_seq(&s), seq + 1);
+	snprintf(path, sizeof(path), "%s/reserve", sdir());
+	assert_int_equal(jsession_release_reserve(&s), 0);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(jsession_release_reserve(&s), -ENOENT);
+	jsession_close(&s);
 }
 
 static void rewrite_u16(const char *path, off_t off, uint16_t v)
@@ -554,9 +662,7 @@ static void test_session_without_features_keeps_them_off(void **state)
 	char err[256], path[400], obj[JOBJ_PATH_MAX];
 
 	(void)state;
-	made_session();
-	snprintf(path, sizeof(path), "%s/session", sdir());
-	set_header_features(path, 0);
+	bare_session(JI_NEW);
 	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
 	assert_int_equal(s.features, 0);
 	assert_int_equal(jseg_open(&g, &s, NULL), 0);
@@ -697,6 +803,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_content_round_trips_stored_and_zlib, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent_creators_and_writers_agree, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_segment_of_a_dead_writer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reserve_is_given_back_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_older_session_layout_still_works, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_policy_slot_takes_one_root, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_policy_slot_not_in_an_older_session, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_without_shared_segments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_segment_across_pid_namespaces, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_newer_version_is_refused_with_a_message, setup, teardown),

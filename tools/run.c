@@ -15,9 +15,10 @@
  * journal's segments beside it (DIR.heads), out of the session's reach.
  *
  * The fixed cost is two program starts: ftsbx's and CMD's. What ftsbx does
- * besides, it does while CMD's program loads: it creates the session (the
- * root, meanwhile compiling the policy, waits for it on a pipe only to
- * publish the policy there) and opens DIR.heads.
+ * besides, it does while CMD's program is looked up and loads: it creates
+ * the session (the root, meanwhile compiling the policy, waits for it on a
+ * pipe only to publish the policy there) and opens DIR.heads; a command
+ * that cannot start has both taken back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -153,6 +154,19 @@ static bool same_file(const char *path, const struct stat *st)
 	return lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino;
 }
 
+/* Take back DIR.heads opened beforehand (the name still leads to it). */
+static void close_heads(const char *journal, struct heads h)
+{
+	char path[PATH_MAX + 8];
+
+	if (h.fd < 0)
+		return;
+	snprintf(path, sizeof(path), "%s.heads", journal);
+	if (same_file(path, &h.st))
+		unlink(path);
+	close(h.fd);
+}
+
 /* Write the heads into the file opened beforehand if the name still leads
  * to it (the session may have replaced it since), else into a new one. */
 static void store_heads(const struct jreader *r, const char *journal, struct heads h)
@@ -199,7 +213,7 @@ int cmd_run(int argc, char **argv)
 {
 	char lib[PATH_MAX], journal[PATH_MAX], err[512];
 	const char *policy = NULL, *jarg = NULL, *onfail = "keep";
-	bool calls = false;
+	bool calls = false, fresh;
 	struct jreader r;
 	struct tally t;
 	struct heads heads;
@@ -278,7 +292,13 @@ int cmd_run(int argc, char **argv)
 	}
 	if (ready[0] >= 0)
 		close(ready[0]);
-	heads.fd = -1;
+	/* the session is made while the child looks the program up and loads
+	 * it; one the run made is taken back if the program could not start */
+	fresh = access(journal, F_OK) < 0 && errno == ENOENT;
+	prepare_session(journal, argv + i + 1);
+	if (ready[1] >= 0)
+		close(ready[1]);        /* the root goes on */
+	heads = open_heads(journal);
 	if (exec[0] >= 0) {
 		int e;
 		ssize_t n;
@@ -286,15 +306,12 @@ int cmd_run(int argc, char **argv)
 		while ((n = read(exec[0], &e, sizeof(e))) < 0 && errno == EINTR)
 			;
 		close(exec[0]);
-		if (n == 0) {           /* the program runs */
-			prepare_session(journal, argv + i + 1);
-			close(ready[1]);        /* the root goes on */
-			ready[1] = -1;
-			heads = open_heads(journal);
+		if (n > 0 && fresh) {   /* the program did not start */
+			jsession_discard(journal);
+			close_heads(journal, heads);
+			heads.fd = -1;
 		}
 	}
-	if (ready[1] >= 0)
-		close(ready[1]);
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			return 1;
@@ -306,13 +323,7 @@ int cmd_run(int argc, char **argv)
 			fprintf(stderr, "ftsbx: exit %d; nothing was journaled (no session at '%s')\n", code, journal);
 		else
 			fprintf(stderr, "ftsbx: exit %d; no journal at '%s' (%s)\n", code, journal, err);
-		if (heads.fd >= 0) {     /* no journal: no heads either */
-			char path[PATH_MAX + 8];
-			snprintf(path, sizeof(path), "%s.heads", journal);
-			if (same_file(path, &heads.st))
-				unlink(path);
-			close(heads.fd);
-		}
+		close_heads(journal, heads);     /* no journal: no heads either */
 		return code;
 	}
 	count(&r, &t);
