@@ -82,14 +82,15 @@ static bool canonical_parent(char p[PATH_MAX])
 	size_t n;
 	int fd;
 
-	if (!slash || slash == p || !shim_session())
+	if (!slash || slash == p)
 		return false;
 	n = (size_t)(slash - p);
 	memcpy(parent, p, n);
 	parent[n] = 0;
 	memcpy(base, slash + 1, strlen(slash + 1) + 1);        /* P holds less than PATH_MAX */
-	gen = __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE) + 1;
-	if (canon_cache.gen == gen && !strcmp(canon_cache.lex, parent)) {
+	/* without the session (a write to /dev/null needs none), no cache */
+	gen = shim.session_open ? __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE) + 1 : 0;
+	if (gen && canon_cache.gen == gen && !strcmp(canon_cache.lex, parent)) {
 		strcpy(real, canon_cache.canon);                /* less than 512 bytes */
 	} else {
 		fd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -99,7 +100,7 @@ static bool canonical_parent(char p[PATH_MAX])
 		close(fd);
 		if (err)
 			return false;
-		if (n < sizeof(canon_cache.lex) && strlen(real) < sizeof(canon_cache.canon)) {
+		if (gen && n < sizeof(canon_cache.lex) && strlen(real) < sizeof(canon_cache.canon)) {
 			memcpy(canon_cache.lex, parent, n + 1);
 			strcpy(canon_cache.canon, real);
 			canon_cache.gen = gen;
@@ -370,7 +371,9 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 	mode = st.st_mode & S_IFMT;
 	if (!err && !mode && !creates)
 		return 0;       /* truncate() and friends of a missing path: it fails */
-	if (!err && (err = off_limits_change(opname, p)))
+	/* A character device (`> /dev/null`) changes no file: no session to
+	 * open for it, and none of the journal's files is one. */
+	if (!err && (err = mode == S_IFCHR ? off_limits(opname, p) : off_limits_change(opname, p)))
 		return err;
 	if (!err && (err = guard_write(opname, p, mode)))
 		return err == 1 ? 0 : err;

@@ -4,6 +4,7 @@ LD_PRELOAD or empties its environment still runs journaled), and hostile
 hosts (test/hostile/*.c: closing or dup2()ing over the shim's descriptors,
 writing from constructors, vfork) still leave a journal that rewinds
 exactly."""
+import json
 import os
 import stat
 
@@ -173,6 +174,21 @@ def test_refusal_message_format(shim):
     lines = [line for line in proc.stderr.splitlines() if line.startswith(b"ftsbx: ")]
     want = b"ftsbx: refused '%s/x': Permission denied (the journal directory is off limits)" % shim.journal
     assert lines == [want], f"stderr: {proc.stderr!r}"
+
+
+def test_writing_a_character_device_opens_no_session(shim):
+    """`> /dev/null` changes no file: a process whose only writes go to a
+    character device never opens the session (maps no shared table for
+    writing); one that writes a file does, and that change is journaled."""
+    maps = b"import sys; open('/dev/null', 'w').write('x'); %s; " \
+           b"print(sum('rw-s' in l and '/shared' in l for l in open('/proc/self/maps')))"
+    # "; true": bash forks for python (a python it exec'd would be the root)
+    proc = shim.sh(b"%s -c \"%s\"; true" % (PY.encode(), maps % b"pass"))
+    assert proc.stdout.split() == [b"0"], proc.stdout
+    proc = shim.sh(b"%s -c \"%s\"; true" % (PY.encode(), maps % b"open('written.txt', 'w').write('y')"))
+    assert proc.stdout.split() == [b"1"], proc.stdout
+    log = [json.loads(line) for line in shim.txreplay("log", "--json", shim.journal).stdout.splitlines()]
+    assert any((r.get("path") or "").endswith("/written.txt") for r in log), "the file's creation was not journaled"
 
 
 # --- signals: the session's own processes, orphans included ------------------------
