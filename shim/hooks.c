@@ -47,9 +47,8 @@ static bool in_journal_dir(const char *p)
 		return false;
 	if (stat(parent, &st) < 0)
 		return false;
-	for (int i = 0; i < 3; i++)
-		if (st.st_dev == shim.jdirs[i].dev && st.st_ino == shim.jdirs[i].ino)
-			return true;
+	if (shim_journal_dir(&st))
+		return true;
 
 	if (n < sizeof(outside.parent)) {
 		memcpy(outside.parent, parent, n + 1);

@@ -144,9 +144,12 @@ struct shim_state {
 	bool session_open, seg_open;
 	pid_t seg_pid;
 	struct { dev_t dev; ino_t ino; } jdirs[3];   /* session, log/, objects/ */
+	bool jdirs_known;              /* jdirs taken since the session was opened */
 };
 extern HIDDEN struct shim_state shim;
 HIDDEN int shim_segment(struct jseg **g);
+/* Is ST one of the session's directories (the session, log/, objects/)? */
+HIDDEN bool shim_journal_dir(const struct stat *st);
 HIDDEN void shim_segment_release(void);
 /* The atfork handler, registered at the first need (state.c). */
 HIDDEN void shim_atfork(void);

@@ -137,17 +137,30 @@ HIDDEN void shim_say(const char *what, const char *path, int err, const char *wh
 	say_raw(line);
 }
 
-/* The inodes of the session's directories, for the off-limits test. */
+/* The inodes of the session's directories, for the off-limits test, taken
+ * at its first need: a shell that opens the session only for its
+ * children's exec records never asks. */
 static void note_journal_dirs(void)
 {
-	const int fds[3] = { shim.s.dirfd, shim.s.logfd, shim.s.objfd };
-	struct stat st;
+	__atomic_store_n(&shim.jdirs_known, false, __ATOMIC_RELEASE);
+}
 
+HIDDEN bool shim_journal_dir(const struct stat *st)
+{
+	if (!__atomic_load_n(&shim.jdirs_known, __ATOMIC_ACQUIRE)) {
+		const int fds[3] = { shim.s.dirfd, shim.s.logfd, shim.s.objfd };
+		struct stat d;
+		for (int i = 0; i < 3; i++)
+			if (fstat(fds[i], &d) == 0) {
+				shim.jdirs[i].dev = d.st_dev;
+				shim.jdirs[i].ino = d.st_ino;
+			}
+		__atomic_store_n(&shim.jdirs_known, true, __ATOMIC_RELEASE);
+	}
 	for (int i = 0; i < 3; i++)
-		if (fstat(fds[i], &st) == 0) {
-			shim.jdirs[i].dev = st.st_dev;
-			shim.jdirs[i].ino = st.st_ino;
-		}
+		if (st->st_dev == shim.jdirs[i].dev && st->st_ino == shim.jdirs[i].ino)
+			return true;
+	return false;
 }
 
 /* Open the session (under seg_lock). The flags (JS_DURABLE) come from the
