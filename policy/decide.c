@@ -6,6 +6,9 @@
  */
 #include <errno.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <netinet/in.h>
@@ -141,6 +144,22 @@ void pol_filters(struct policy *pol)
 		for (uint32_t i = 0; i < pol->b->tab[PT_GLOB0 + k].n; i++)
 			pol->anchored[k] |= g[i].anchored;
 	}
+
+	/* the read check's own line (struct policy): no prefix is a head no
+	 * word matches under a mask of 0 */
+	const struct pol_prefix *t = POL_TAB(pol, PT_PREFIX0 + PK_HIDDEN, struct pol_prefix);
+	unsigned char head[8] = { 0 }, mask[8] = { 0 };
+	uint32_t n = pol->lcp[PK_HIDDEN] < 8 ? pol->lcp[PK_HIDDEN] : 8;
+
+	memcpy(pol->hidden_first, pol->b->firstbits[PK_HIDDEN], sizeof(pol->hidden_first));
+	if (pol->b->tab[PT_PREFIX0 + PK_HIDDEN].n) {
+		memcpy(head, pol_str(pol, t[0].path), n);
+		memset(mask, 0xff, n);
+	} else {
+		head[0] = 1;
+	}
+	memcpy(&pol->hidden_head, head, 8);
+	memcpy(&pol->hidden_mask, mask, 8);
 }
 
 int policy_from_blob(struct policy *pol, const void *p, size_t n)
@@ -266,6 +285,40 @@ static const char *prefix_rule(const struct policy *pol, int kind, const char *p
 	return NULL;
 }
 
+/*
+ * The first J >= FROM (FROM > 0: the previous answer) where a component of
+ * P[0..N) starts, after a '/', with a byte that FIRST has; N if none. The
+ * slashes are found 16 bytes at a time where SSE2 is there: a path has a
+ * handful of components, and a loop over its bytes costs a branch per byte
+ * just after the system call of the previous open has emptied the branch
+ * predictor. Reads no byte at or past P[N].
+ */
+static size_t next_comp(const char *p, size_t n, size_t from, const uint64_t first[4])
+{
+	size_t s = from;        /* where the search for slashes goes on */
+
+#ifdef __SSE2__
+	const __m128i slash = _mm_set1_epi8('/');
+
+	while (n >= 16 && s + 1 < n) {
+		/* the last 16 bytes once fewer are left, without the ones seen */
+		size_t at = n - s >= 16 ? s : n - 16;
+		unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const void *)(p + at)), slash));
+		m &= ~0u << (s - at);
+		for (; m; m &= m - 1) {
+			size_t j = at + (size_t)__builtin_ctz(m) + 1;
+			if (j < n && pol_bit(first, (unsigned char)p[j]))
+				return j;
+		}
+		s = at + 16;
+	}
+#endif
+	for (; s + 1 < n; s++)
+		if (p[s] == '/' && pol_bit(first, (unsigned char)p[s + 1]))
+			return s + 1;
+	return n;
+}
+
 /* The end of NCOMP components of P starting at S, or NULL. */
 static const char *comps_end(const char *s, unsigned ncomp)
 {
@@ -292,7 +345,7 @@ static bool glob_at(const struct policy *pol, const struct pol_glob *g, const ch
 
 /* Floating patterns are tried at each component whose first byte one of
  * them can start with; anchored ones once. */
-static const char *glob_rule(const struct policy *pol, int kind, const char *p)
+static const char *glob_rule(const struct policy *pol, int kind, const char *p, size_t len)
 {
 	const struct pol_glob *t = POL_TAB(pol, PT_GLOB0 + kind, struct pol_glob);
 	const uint64_t *first = pol->b->firstbits[kind];
@@ -303,13 +356,10 @@ static const char *glob_rule(const struct policy *pol, int kind, const char *p)
 	for (uint32_t i = 0; pol->anchored[kind] && i < n; i++)
 		if (t[i].anchored && glob_at(pol, &t[i], p))
 			return pol_str(pol, t[i].rule);
-	for (const char *s = p; *s; s++) {
-		if (s[0] != '/' || !s[1] || !pol_bit(first, (unsigned char)s[1]))
-			continue;
+	for (size_t j = next_comp(p, len, 0, first); j < len; j = next_comp(p, len, j, first))
 		for (uint32_t i = 0; i < n; i++)
-			if (!t[i].anchored && glob_at(pol, &t[i], s + 1))
+			if (!t[i].anchored && glob_at(pol, &t[i], p + j))
 				return pol_str(pol, t[i].rule);
-	}
 	return NULL;
 }
 
@@ -317,7 +367,29 @@ static const char *path_rule(const struct policy *pol, int kind, const char *p, 
 {
 	const char *r = prefix_rule(pol, kind, p, n);
 
-	return r ? r : glob_rule(pol, kind, p);
+	return r ? r : glob_rule(pol, kind, p, n);
+}
+
+/*
+ * The hidden rules, as path_rule, for every read: struct policy's own
+ * filter rules out a path that no hidden prefix and no glob can match
+ * without a look at the block (its table, bloom filter and strings are
+ * pages a read then never touches). The prefixes only when the path begins
+ * with the bytes all of them begin with (its first word compared; a path
+ * shorter than a word is asked of prefix_rule), the globs only when one of
+ * its components begins with a byte a floating glob can begin with, or
+ * when there are anchored ones.
+ */
+static const char *hidden_rule(const struct policy *pol, const char *p, size_t n)
+{
+	const char *r = NULL;
+	uint64_t w;
+
+	if (n < 8 || (memcpy(&w, p, 8), (w & pol->hidden_mask) == pol->hidden_head))
+		r = prefix_rule(pol, PK_HIDDEN, p, n);
+	if (!r && (pol->anchored[PK_HIDDEN] || next_comp(p, n, 0, pol->hidden_first) < n))
+		r = glob_rule(pol, PK_HIDDEN, p, n);
+	return r;
 }
 
 static bool under(const char *p, size_t n, const char *dir, size_t dn)
@@ -336,7 +408,7 @@ enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool 
 		*why = "the journal directory is off limits";
 		return PV_DENY;
 	}
-	if ((r = path_rule(pol, PK_HIDDEN, abs, n))) {
+	if ((r = hidden_rule(pol, abs, n))) {
 		*why = r;
 		return PV_DENY;
 	}

@@ -72,6 +72,14 @@ struct policy {
 	bool anchored[4];
 	const char *journal;            /* JOURNAL_LEN bytes (no trailing '/') */
 	size_t journal_len;
+	/* The read check's filter (decide.c: reads ask only the hidden
+	 * rules), kept here so that a path no hidden rule can match is
+	 * answered without a look at the block: the first bytes of the
+	 * hidden globs that float (the block's firstbits), and the first
+	 * bytes of the hidden prefixes' common prefix as a word (HEAD, under
+	 * HEAD_MASK; HEAD_MASK 0: no hidden prefix). */
+	uint64_t hidden_first[4];
+	uint64_t hidden_head, hidden_mask;
 };
 
 /* Load FILE (NULL: the built-in default, policies/default.ini). 0, or -1 with

@@ -7,6 +7,7 @@
  * mktemp -d directory that the tests remove.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -822,6 +823,141 @@ static void test_shipped_policies_load(void **state)
 
 /* --- cost -------------------------------------------------------------------------------------- */
 
+/*
+ * The read check's filters (the hidden prefixes' first word, the first
+ * bytes of components, the slashes found 16 at a time) against a plain
+ * reference written from the policy language: a path is hidden when a
+ * hidden literal is it or one of its ancestors, when a relative pattern of
+ * K components matches K components starting after one of its slashes, or
+ * when an absolute pattern matches its first components. Random paths made
+ * of the rules' own components (so that they match and nearly match), of
+ * every length around the 8- and 16-byte edges, each in a block of its
+ * exact size at every alignment (AddressSanitizer sees a byte read past
+ * the end), from the loaded policy and from its block mapped again.
+ */
+struct ref_policy {
+	const char *text;
+	const char *lit[8], *rel[8], *abs[8];
+};
+
+static int ncomps(const char *pat)
+{
+	int n = 1;
+
+	for (const char *c = pat; *c; c++)
+		n += *c == '/';
+	return n;
+}
+
+/* The end of K components of P from S (S just after a '/'), or NULL. */
+static const char *ref_comps(const char *s, int k)
+{
+	while (1) {
+		const char *e = strchrnul(s, '/');
+		if (!--k)
+			return e;
+		if (!*e)
+			return NULL;
+		s = e + 1;
+	}
+}
+
+static bool ref_hidden(const struct ref_policy *r, const char *p)
+{
+	char part[PATH_MAX];
+	const char *e;
+
+	for (int i = 0; r->lit[i]; i++) {
+		size_t n = strlen(r->lit[i]);
+		if (!strncmp(p, r->lit[i], n) && (p[n] == 0 || p[n] == '/'))
+			return true;
+	}
+	for (int i = 0; r->abs[i]; i++)
+		if ((e = ref_comps(p + 1, ncomps(r->abs[i] + 1)))) {
+			memcpy(part, p, (size_t)(e - p));
+			part[e - p] = 0;
+			if (!fnmatch(r->abs[i], part, FNM_PATHNAME))
+				return true;
+		}
+	for (const char *s = strchr(p, '/'); s; s = strchr(s + 1, '/'))
+		for (int i = 0; s[1] && r->rel[i]; i++)
+			if ((e = ref_comps(s + 1, ncomps(r->rel[i])))) {
+				memcpy(part, s + 1, (size_t)(e - s - 1));
+				part[e - s - 1] = 0;
+				if (!fnmatch(r->rel[i], part, FNM_PATHNAME))
+					return true;
+			}
+	return false;
+}
+
+static void test_read_filters_against_reference(void **state)
+{
+	static const struct ref_policy pols[] = {
+		{ "[paths]\nhidden = /home/u/.ssh\nhidden = /home/u/.aws\nhidden = /home/u/.config/gh\n"
+		  "hidden = .env\nhidden = .env.*.local\nhidden = id_rsa\nhidden = id_ed25519\nhidden = secrets/key\n",
+		  { "/home/u/.ssh", "/home/u/.aws", "/home/u/.config/gh" },
+		  { ".env", ".env.*.local", "id_rsa", "id_ed25519", "secrets/key" }, { 0 } },
+		{ "[paths]\nhidden = /etc/shadow\nhidden = /home/u/.ssh\nhidden = *.pem\nhidden = ?x\nhidden = z\n",
+		  { "/etc/shadow", "/home/u/.ssh" }, { "*.pem", "?x", "z" }, { 0 } },
+		{ "[paths]\nhidden = /w/*/key\nhidden = /home/u/.ssh\nhidden = /home/u/ws/a[bc]d/*.k\n",
+		  { "/home/u/.ssh" }, { 0 }, { "/w/*/key", "/home/u/ws/a[bc]d/*.k" } },
+		{ "[paths]\nhidden = /home/u/averyveryverylongname/secret\nhidden = /home/u/averyveryverylongname/s2\n",
+		  { "/home/u/averyveryverylongname/secret", "/home/u/averyveryverylongname/s2" }, { 0 }, { 0 } },
+		{ "[paths]\nwritable = /w\n", { 0 }, { 0 }, { 0 } },
+	};
+	static const char *const comps[] = {
+		"home", "u", ".ssh", ".aws", ".config", "gh", "w", "ws", "key", "secrets", ".env", ".env.x.local",
+		".env.local", "id_rsa", "id_rsa.pub", "id_ed25519", "etc", "shadow", "a.pem", "pem", "xx", "x", "ax",
+		"abd", "acd", "f.k", ".k", "averyveryverylongname", "secret", "s2", "src", "0123456789abcdef", "i",
+		".", "e", "z",
+	};
+	const size_t nc = sizeof(comps) / sizeof(comps[0]);
+	unsigned long long seed = 88172645463325252ull;
+	long hidden = 0, total = 0;
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(pols) / sizeof(pols[0]); k++) {
+		struct policy *pol = load(pols[k].text), mapped;
+		const void *blk;
+		size_t n;
+
+		assert_non_null(pol);
+		policy_blob(pol, &blk, &n);
+		uint64_t *copy = malloc(n);
+		memcpy(copy, blk, n);
+		assert_int_equal(policy_from_blob(&mapped, copy, n), 0);
+		for (int i = 0; i < 6000; i++) {
+			char p[PATH_MAX] = "";
+			size_t len = 0;
+			/* xorshift: the same paths every run */
+			seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+			int depth = 1 + (int)(seed % 7);
+			for (int d = 0; d < depth; d++) {
+				seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+				len += (size_t)snprintf(p + len, sizeof(p) - len, "/%s", comps[seed % nc]);
+			}
+			if (i % 5 == 0)         /* lengths around the edges too */
+				p[1 + (seed >> 32) % len] = 0;
+			if (!p[1] || p[strlen(p) - 1] == '/')
+				continue;
+			size_t pl = strlen(p), off = (size_t)i % 16;
+			char *blkp = malloc(off + pl + 1);
+			memcpy(blkp + off, p, pl + 1);
+			bool want = ref_hidden(&pols[k], p);
+			if ((path(pol, blkp + off, false) == PV_DENY) != want ||
+			    (path(&mapped, blkp + off, false) == PV_DENY) != want)
+				fail_msg("policy %zu: %s should be %s", k, p, want ? "hidden" : "readable");
+			free(blkp);
+			hidden += want;
+			total++;
+		}
+		free(copy);
+		policy_free(pol);
+	}
+	print_message("%ld of %ld paths hidden\n", hidden, total);
+	assert_true(hidden > total / 20 && hidden < total - total / 20);
+}
+
 static double ns_per(struct timespec a, struct timespec b, long n)
 {
 	return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n;
@@ -889,6 +1025,7 @@ int main(void)
 		cmocka_unit_test(test_blob_round_trip_and_damage),
 		cmocka_unit_test(test_exec_rule_filters),
 		cmocka_unit_test(test_shipped_policies_load),
+		cmocka_unit_test(test_read_filters_against_reference),
 		cmocka_unit_test(test_read_check_is_fast),
 	};
 
