@@ -160,6 +160,17 @@ void pol_filters(struct policy *pol)
 	}
 	memcpy(&pol->hidden_head, head, 8);
 	memcpy(&pol->hidden_mask, mask, 8);
+	pol->hidden_nfirst = 0;
+	for (unsigned c = 0; c < 256; c++)
+		if (pol_bit(pol->hidden_first, c)) {
+			if (pol->hidden_nfirst == 4) {
+				pol->hidden_nfirst = 255;
+				break;
+			}
+			pol->hidden_firstc[pol->hidden_nfirst++] = (unsigned char)c;
+		}
+	for (unsigned i = pol->hidden_nfirst; i < 4 && pol->hidden_nfirst; i++)
+		pol->hidden_firstc[i] = pol->hidden_firstc[0];
 }
 
 int policy_from_blob(struct policy *pol, const void *p, size_t n)
@@ -319,6 +330,40 @@ static size_t next_comp(const char *p, size_t n, size_t from, const uint64_t fir
 	return n;
 }
 
+/*
+ * Whether a component of P[0..N) starts, after a '/', with one of the four
+ * bytes C (next_comp's question for a set of at most four bytes, the
+ * usual one: the default policy's hidden globs start with '.' or 'i'): a
+ * chunk of 16 bytes is compared with the slash and the four bytes at once,
+ * and the bytes after slashes found by a shift of the slashes' mask.
+ */
+static bool comp_starts_with(const char *p, size_t n, const unsigned char c[4])
+{
+	size_t s = 0;
+
+#ifdef __SSE2__
+	const __m128i slash = _mm_set1_epi8('/'), c0 = _mm_set1_epi8((char)c[0]), c1 = _mm_set1_epi8((char)c[1]),
+		      c2 = _mm_set1_epi8((char)c[2]), c3 = _mm_set1_epi8((char)c[3]);
+
+	while (n >= 16 && s < n) {
+		size_t at = n - s >= 16 ? s : n - 16;
+		__m128i v = _mm_loadu_si128((const void *)(p + at));
+		__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, c0), _mm_cmpeq_epi8(v, c1)),
+					   _mm_or_si128(_mm_cmpeq_epi8(v, c2), _mm_cmpeq_epi8(v, c3)));
+		unsigned sl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, slash));
+		/* bit Q: the byte before P[AT + Q] is a slash */
+		unsigned after = (sl << 1 | (at && p[at - 1] == '/')) & (~0u << (s - at));
+		if (after & (unsigned)_mm_movemask_epi8(hit))
+			return true;
+		s = at + 16;
+	}
+#endif
+	for (s = s ? s : 1; s < n; s++)
+		if (p[s - 1] == '/' && (p[s] == c[0] || p[s] == c[1] || p[s] == c[2] || p[s] == c[3]))
+			return true;
+	return false;
+}
+
 /* The end of NCOMP components of P starting at S, or NULL. */
 static const char *comps_end(const char *s, unsigned ncomp)
 {
@@ -380,6 +425,15 @@ static const char *path_rule(const struct policy *pol, int kind, const char *p, 
  * its components begins with a byte a floating glob can begin with, or
  * when there are anchored ones.
  */
+static bool hidden_glob_may(const struct policy *pol, const char *p, size_t n)
+{
+	if (pol->anchored[PK_HIDDEN])
+		return true;
+	if (pol->hidden_nfirst == 255)
+		return next_comp(p, n, 0, pol->hidden_first) < n;
+	return pol->hidden_nfirst && comp_starts_with(p, n, pol->hidden_firstc);
+}
+
 static const char *hidden_rule(const struct policy *pol, const char *p, size_t n)
 {
 	const char *r = NULL;
@@ -387,7 +441,7 @@ static const char *hidden_rule(const struct policy *pol, const char *p, size_t n
 
 	if (n < 8 || (memcpy(&w, p, 8), (w & pol->hidden_mask) == pol->hidden_head))
 		r = prefix_rule(pol, PK_HIDDEN, p, n);
-	if (!r && (pol->anchored[PK_HIDDEN] || next_comp(p, n, 0, pol->hidden_first) < n))
+	if (!r && hidden_glob_may(pol, p, n))
 		r = glob_rule(pol, PK_HIDDEN, p, n);
 	return r;
 }

@@ -80,6 +80,10 @@ struct policy {
 	 * HEAD_MASK; HEAD_MASK 0: no hidden prefix). */
 	uint64_t hidden_first[4];
 	uint64_t hidden_head, hidden_mask;
+	/* The bytes of hidden_first when it has 4 or fewer (a path's bytes
+	 * are compared with each, 16 at a time); HIDDEN_NFIRST 255: more. */
+	unsigned char hidden_firstc[4];
+	unsigned char hidden_nfirst;
 };
 
 /* Load FILE (NULL: the built-in default, policies/default.ini). 0, or -1 with

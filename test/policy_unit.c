@@ -904,6 +904,11 @@ static void test_read_filters_against_reference(void **state)
 		{ "[paths]\nhidden = /home/u/averyveryverylongname/secret\nhidden = /home/u/averyveryverylongname/s2\n",
 		  { "/home/u/averyveryverylongname/secret", "/home/u/averyveryverylongname/s2" }, { 0 }, { 0 } },
 		{ "[paths]\nwritable = /w\n", { 0 }, { 0 }, { 0 } },
+		/* four first bytes (compared 16 bytes at a time), and five (a bitmap) */
+		{ "[paths]\nhidden = .env\nhidden = id_rsa\nhidden = secrets/key\nhidden = xx\n",
+		  { 0 }, { ".env", "id_rsa", "secrets/key", "xx" }, { 0 } },
+		{ "[paths]\nhidden = .env\nhidden = id_rsa\nhidden = secrets/key\nhidden = xx\nhidden = z\n",
+		  { 0 }, { ".env", "id_rsa", "secrets/key", "xx", "z" }, { 0 } },
 	};
 	static const char *const comps[] = {
 		"home", "u", ".ssh", ".aws", ".config", "gh", "w", "ws", "key", "secrets", ".env", ".env.x.local",
