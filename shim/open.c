@@ -33,27 +33,47 @@ static int call_real_open(enum open_kind k, int d, const char *p, int f, mode_t 
 	return -1;
 }
 
-/*
- * A read-only open was judged on its lexical path; a symlink on the way
- * could lead elsewhere (a link in the workspace to ~/.ssh/id_rsa). Open it
- * with openat2(RESOLVE_NO_SYMLINKS): in the common case that is the open
- * itself, one system call as before, and the lexical verdict was exact.
- * Only a path with a symlink in it (ELOOP) is resolved by the kernel and
- * judged again before the real open. Returns the fd, -1 with errno set,
- * or -2: do the real open (openat2 unusable here).
- */
-static int open_read_checked(int d, const char *p, int f)
+/* An open that only reads: the hidden rules alone judge it. O_PATH ones
+ * take the general way (they read nothing, and fts keeps their paths). */
+static inline bool only_reads(int f)
+{
+	return (f & O_ACCMODE) == O_RDONLY && !(f & (O_CREAT | O_TRUNC | O_PATH));
+}
+
+/* openat2(D, P, {F, RESOLVE_NO_SYMLINKS}): the fd or -errno. Straight to
+ * the kernel on x86-64: libc's syscall() is one more call and return, and
+ * its variadic arguments moved about, on the path of every read. */
+static long sys_openat2_nosym(int d, const char *p, int f)
 {
 	struct open_how how = { .flags = (uint64_t)(unsigned)f, .resolve = RESOLVE_NO_SYMLINKS };
-	char real[PATH_MAX];
-	int fd, pfd, err;
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = (long)sizeof(how);
+	long r;
 
-	fd = (int)REAL(syscall)(SYS_openat2, d, p, &how, sizeof(how));
-	if (fd >= 0 || (errno != ELOOP && errno != ENOSYS && errno != EINVAL && errno != E2BIG &&
-			errno != EPERM && errno != EXDEV))
-		return fd;
-	if (errno != ELOOP)
-		return -2;
+	__asm__ volatile("syscall"
+			 : "=a"(r)
+			 : "a"((long)SYS_openat2), "D"((long)d), "S"(p), "d"(&how), "r"(r10), "m"(how)
+			 : "rcx", "r11", "memory");
+	return r;
+#else
+	long r = REAL(syscall)(SYS_openat2, d, p, &how, sizeof(how));
+
+	return r < 0 ? -errno : r;
+#endif
+}
+
+/*
+ * Judge the file the kernel resolves D/P to (symlinks followed, as the
+ * real open will): its name read back from an O_PATH descriptor. -1 with
+ * errno set (refused), or -2: do the real open (allowed, or the kernel
+ * cannot resolve it or name it: the real open then fails, or reads a file
+ * deeper than PATH_MAX, which no rule names either).
+ */
+static int open_resolved(int d, const char *p, int f)
+{
+	char real[PATH_MAX];
+	int pfd, err;
+
 	pfd = openat(d, p, O_PATH | O_CLOEXEC | (f & O_NOFOLLOW));
 	if (pfd < 0)
 		return -2;      /* the real open says why */
@@ -66,6 +86,43 @@ static int open_read_checked(int d, const char *p, int f)
 	return -2;
 }
 
+/*
+ * A read-only open in enforce mode: judged on its lexical path, then
+ * opened with openat2(RESOLVE_NO_SYMLINKS), so that a symlink on the way
+ * cannot lead where the lexical verdict did not look (a link in the
+ * workspace to ~/.ssh/id_rsa). In the common case that is the open itself,
+ * one system call as without the shim, and the lexical verdict was exact.
+ * A path with a symlink in it (ELOOP), or one the shim cannot spell as an
+ * absolute path of less than PATH_MAX bytes (a deep cwd joined to a path
+ * with ".." in it), is judged again as the kernel resolves it. Returns the
+ * fd, -1 with errno set (refused, or the kernel's own failure), or -2: do
+ * the real open (openat2 unusable here). *ABS: the lexical path (P itself,
+ * or BUF), or "".
+ */
+static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const char **abs)
+{
+	long fd;
+	int err;
+
+	if ((err = path_abs_ref(buf, d, p, abs))) {
+		*abs = "";
+		return open_resolved(d, p, f);
+	}
+	if ((err = guard_read(*abs))) {
+		errno = err;
+		return -1;
+	}
+	fd = sys_openat2_nosym(d, p, f);
+	if (fd >= 0)
+		return (int)fd;
+	if (fd == -ELOOP)
+		return open_resolved(d, p, f);
+	if (fd == -ENOSYS || fd == -EINVAL || fd == -E2BIG || fd == -EPERM || fd == -EXDEV)
+		return -2;
+	errno = (int)-fd;
+	return -1;
+}
+
 static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 {
 	char abs[PATH_MAX];
@@ -74,24 +131,29 @@ static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 
 	if (!hook_enter(&c))
 		return call_real_open(k, d, p, f, m);
+	if (only_reads(f) && guard_active()) {
+		const char *a;
+		fd = open_read(d, p, f, abs, &a);
+		if (fd == -1) {
+			hook_refuse(&c, errno);
+			return -1;
+		}
+		hook_leave(&c);
+		if (fd == -2)
+			fd = call_real_open(k, d, p, f, m);
+		/* directories: the *at calls that come next look their path up */
+		if (fd >= 0 && a[0] && (f & O_DIRECTORY)) {
+			int e = errno;
+			fdcache_put(fd, a);
+			errno = e;
+		}
+		return fd;
+	}
 	err = pre_open_abs(d, p, f, abs);
 	if (err) {
 		shim_unlock();
 		hook_refuse(&c, err);
 		return -1;
-	}
-	if ((f & O_ACCMODE) == O_RDONLY && !(f & (O_CREAT | O_TRUNC | O_PATH)) && abs[0] && guard_active()) {
-		fd = open_read_checked(d, p, f);
-		if (fd != -2) {
-			if (fd < 0) {
-				hook_refuse(&c, errno);
-				return -1;
-			}
-			hook_leave(&c);
-			if (f & O_DIRECTORY)
-				fdcache_put(fd, abs);
-			return fd;
-		}
 	}
 	hook_leave(&c);
 	fd = call_real_open(k, d, p, f, m);

@@ -8,12 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include "shim.h"
 
 /* Two buffers and an index flipped after a write, so a reader in another
  * thread never sees a half-written cwd (a chdir race at worst gives the
- * previous one, as the kernel could have too). */
+ * previous one, as the kernel could have too). Each with its length, so
+ * that a relative path is joined to it with two copies. */
 static char cwd_buf[2][PATH_MAX];
+static size_t cwd_len[2];
 static int cwd_cur = -1;        /* -1: not read yet (read at first need) */
 
 HIDDEN void cwd_refresh(void)
@@ -22,6 +27,7 @@ HIDDEN void cwd_refresh(void)
 
 	if (!getcwd(cwd_buf[next], PATH_MAX))
 		cwd_buf[next][0] = 0;
+	cwd_len[next] = strlen(cwd_buf[next]);
 	__atomic_store_n(&cwd_cur, next, __ATOMIC_RELEASE);
 }
 
@@ -73,6 +79,51 @@ static ssize_t append_normal(char out[PATH_MAX], size_t n, const char *path, boo
 	if (!n)
 		out[n++] = '/';
 	out[n] = 0;
+	return (ssize_t)n;
+}
+
+/* P[J] is '.' at the start of a component of P[0..N): is it "." or ".."? */
+static inline bool dot_component(const char *p, size_t j, size_t n)
+{
+	return j + 1 == n || p[j + 1] == '/' || (p[j + 1] == '.' && (j + 2 == n || p[j + 2] == '/'));
+}
+
+/*
+ * The length of PATH when it is normal already (the common case: no empty,
+ * "." or ".." component, no trailing slash, not empty), so that it is
+ * taken with one copy; -1 when append_normal must rewrite it. Where SSE2
+ * is there, 16 bytes at a time: the slashes and dots of a chunk as two
+ * masks, a bit per byte, and only a dot after a slash looked at (".git" or
+ * ".cache" is normal). Reads no byte past PATH's end.
+ */
+static ssize_t normal_len(const char *p)
+{
+	size_t n = strlen(p), s = 0;
+
+	if (!n || (n > 1 && p[n - 1] == '/') || (p[0] == '.' && dot_component(p, 0, n)))
+		return -1;
+#ifdef __SSE2__
+	const __m128i slash = _mm_set1_epi8('/'), dot = _mm_set1_epi8('.');
+
+	while (n >= 16 && s < n) {
+		/* the last 16 bytes once fewer are left, without the ones seen */
+		size_t at = n - s >= 16 ? s : n - 16;
+		__m128i c = _mm_loadu_si128((const void *)(p + at));
+		unsigned sl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c, slash));
+		unsigned dt = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c, dot));
+		/* bit Q: the byte before P[AT + Q] is a slash */
+		unsigned after = (sl << 1 | (at && p[at - 1] == '/')) & (~0u << (s - at));
+		if (after & sl)
+			return -1;      /* "//" */
+		for (unsigned m = after & dt; m; m &= m - 1)
+			if (dot_component(p, at + (size_t)__builtin_ctz(m), n))
+				return -1;
+		s = at + 16;
+	}
+#endif
+	for (; s < n; s++)
+		if (s && p[s - 1] == '/' && (p[s] == '/' || (p[s] == '.' && dot_component(p, s, n))))
+			return -1;
 	return (ssize_t)n;
 }
 
@@ -218,36 +269,68 @@ static int resolve_dotdot(char out[PATH_MAX])
 	return 0;
 }
 
-HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path)
+/*
+ * The absolute path of PATH (relative to DIRFD): in *ABS, which is PATH
+ * itself when it is absolute and normal already (the common case of a
+ * read: no copy), else OUT. 0 or -errno.
+ */
+HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, const char **abs)
 {
 	bool dotdot = false;
 	size_t n = 0;
-	ssize_t r;
+	ssize_t r, len;
 
+	*abs = out;
 	if (!path)
 		return -EFAULT;
-	if (path[0] != '/') {
+	len = normal_len(path);
+	if (path[0] == '/') {
+		if (len >= PATH_MAX)
+			return -ENAMETOOLONG;
+		if (len >= 0) {
+			*abs = path;
+			return 0;
+		}
+	} else {
 		if (dirfd == AT_FDCWD) {
 			if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
 				cwd_refresh();
-			const char *c = cwd_buf[__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE)];
-			if (!*c)
+			int i = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE);
+			if (!cwd_buf[i][0])
 				return -ENOENT;
-			snprintf(out, PATH_MAX, "%s", c);
+			n = cwd_len[i];
+			memcpy(out, cwd_buf[i], n + 1);
 		} else {
 			int err = path_fd(out, dirfd);
 			if (err)
 				return err == -ENOENT ? -EBADF : err;
+			n = strlen(out);
 		}
 		/* the kernel's own name of a directory: absolute, normalised */
-		n = strlen(out);
 		if (n == 1)
 			n = 0;
+		if (len >= 0) {
+			if (n + 1 + (size_t)len >= PATH_MAX)
+				return -ENAMETOOLONG;
+			out[n] = '/';
+			memcpy(out + n + 1, path, (size_t)len + 1);
+			return 0;
+		}
 	}
 	r = append_normal(out, n, path, &dotdot);
 	if (r < 0)
 		return (int)r;
 	return dotdot ? resolve_dotdot(out) : 0;
+}
+
+HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path)
+{
+	const char *abs;
+	int err = path_abs_ref(out, dirfd, path, &abs);
+
+	if (!err && abs != out)
+		memcpy(out, abs, strlen(abs) + 1);      /* less than PATH_MAX */
+	return err;
 }
 
 EXPORT int chdir(const char *p)

@@ -118,6 +118,8 @@ HIDDEN int pre_fd(int fd, enum jcap_op op);
 
 /* path.c: absolute, lexically normalised paths; cached cwd. */
 HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path);
+/* The same without a copy: *ABS is PATH itself when it is absolute and normal. */
+HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, const char **abs);
 HIDDEN int path_fd(char out[PATH_MAX], int fd);
 HIDDEN void cwd_refresh(void);
 HIDDEN const char *cwd_get(void);
