@@ -12,14 +12,12 @@
 static int *const ours[] = { &shim.g.fd, &shim.s.dirfd, &shim.s.logfd, &shim.s.objfd };
 #define NOURS (sizeof(ours) / sizeof(ours[0]))
 
+/* Compared field by field (every close asks): no table of pointers to
+ * load first. */
 static bool is_ours(int fd)
 {
-	if (fd < 0)
-		return false;
-	for (size_t i = 0; i < NOURS; i++)
-		if (*ours[i] == fd && (i ? shim.session_open : shim.seg_open))
-			return true;
-	return false;
+	return fd >= 0 && ((shim.seg_open && fd == shim.g.fd) ||
+			   (shim.session_open && (fd == shim.s.dirfd || fd == shim.s.logfd || fd == shim.s.objfd)));
 }
 
 /* Move our descriptor FD elsewhere (before a dup2 onto its number). */

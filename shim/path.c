@@ -146,17 +146,23 @@ static struct fdc {
 	int fd;                /* -1: empty */
 	dev_t dev;
 	ino_t ino;
-	char path[PATH_MAX];
+	size_t len;            /* of its path, in fdc_path */
 } fdc[FDC_N];
+/* The paths apart, so that the entries a close looks at (fd % FDC_N) lie
+ * in 2 KiB, not one per page. */
+static char fdc_path[FDC_N][PATH_MAX];
 
 static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *p)
 {
 	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
 	e->fd = fd;
 	if (st) {
+		size_t n = strnlen(p, PATH_MAX - 1);
 		e->dev = st->st_dev;
 		e->ino = st->st_ino;
-		snprintf(e->path, PATH_MAX, "%s", p);
+		e->len = n;
+		memcpy(fdc_path[e - fdc], p, n);
+		fdc_path[e - fdc][n] = 0;
 	}
 	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
 }
@@ -170,7 +176,7 @@ HIDDEN void fdcache_put(int fd, const char *p)
 }
 
 /* An fd lives only in slot fd % FDC_N: a short range looks at its own
- * slots (a close costs a load and a compare), a long one at every slot. */
+ * slots, a long one at every slot. */
 HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi)
 {
 	bool all = hi - lo >= FDC_N;
@@ -182,10 +188,14 @@ HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi)
 	}
 }
 
+/* A close costs a load and a compare: the slot of FD holds another fd,
+ * or none, nearly always. */
 HIDDEN void fdcache_drop(int fd)
 {
-	if (fd >= 0)
-		fdcache_drop_range((unsigned)fd, (unsigned)fd);
+	struct fdc *e = &fdc[(unsigned)fd % FDC_N];
+
+	if (fd >= 0 && __atomic_load_n(&e->fd, __ATOMIC_RELAXED) == fd && e->gen)
+		fdc_write(e, -1, NULL, NULL);
 }
 
 /* Forget every entry for PATH or below it (it is being removed or renamed). */
@@ -194,7 +204,7 @@ HIDDEN void fdcache_forget(const char *path)
 	size_t n = strlen(path);
 
 	for (int i = 0; i < FDC_N; i++)
-		if (fdc[i].gen && fdc[i].fd >= 0 && path_under(fdc[i].path, path, n))
+		if (fdc[i].gen && fdc[i].fd >= 0 && path_under(fdc_path[i], path, n))
 			fdc_write(&fdc[i], -1, NULL, NULL);
 }
 
@@ -203,6 +213,7 @@ HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
 	struct fdc *e = &fdc[(unsigned)fd % FDC_N];
 	unsigned g = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
 	struct stat st;
+	size_t n;
 	dev_t dev;
 	ino_t ino;
 
@@ -210,7 +221,9 @@ HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
 		return false;
 	dev = e->dev;
 	ino = e->ino;
-	memcpy(out, e->path, PATH_MAX);
+	n = e->len < PATH_MAX ? e->len : PATH_MAX - 1;   /* a torn read stays in bounds */
+	memcpy(out, fdc_path[e - fdc], n);
+	out[n] = 0;
 	if (__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) != g || e->fd != fd)
 		return false;
 	return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
