@@ -339,26 +339,32 @@ static size_t next_comp(const char *p, size_t n, size_t from, const uint64_t fir
  */
 static bool comp_starts_with(const char *p, size_t n, const unsigned char c[4])
 {
-	size_t s = 0;
-
 #ifdef __SSE2__
-	const __m128i slash = _mm_set1_epi8('/'), c0 = _mm_set1_epi8((char)c[0]), c1 = _mm_set1_epi8((char)c[1]),
-		      c2 = _mm_set1_epi8((char)c[2]), c3 = _mm_set1_epi8((char)c[3]);
+	if (n >= 16) {
+		const __m128i slash = _mm_set1_epi8('/'), c0 = _mm_set1_epi8((char)c[0]),
+			      c1 = _mm_set1_epi8((char)c[1]), c2 = _mm_set1_epi8((char)c[2]),
+			      c3 = _mm_set1_epi8((char)c[3]);
+		unsigned keep = ~0u, before = 0;        /* the bytes not seen yet; P[AT - 1] is '/' */
 
-	while (n >= 16 && s < n) {
-		size_t at = n - s >= 16 ? s : n - 16;
-		__m128i v = _mm_loadu_si128((const void *)(p + at));
-		__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, c0), _mm_cmpeq_epi8(v, c1)),
-					   _mm_or_si128(_mm_cmpeq_epi8(v, c2), _mm_cmpeq_epi8(v, c3)));
-		unsigned sl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, slash));
-		/* bit Q: the byte before P[AT + Q] is a slash */
-		unsigned after = (sl << 1 | (at && p[at - 1] == '/')) & (~0u << (s - at));
-		if (after & (unsigned)_mm_movemask_epi8(hit))
-			return true;
-		s = at + 16;
+		for (size_t at = 0;;) {
+			__m128i v = _mm_loadu_si128((const void *)(p + at));
+			__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, c0), _mm_cmpeq_epi8(v, c1)),
+						   _mm_or_si128(_mm_cmpeq_epi8(v, c2), _mm_cmpeq_epi8(v, c3)));
+			unsigned sl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, slash));
+			/* bit Q: P[AT + Q - 1] is '/' */
+			if ((sl << 1 | before) & keep & (unsigned)_mm_movemask_epi8(hit))
+				return true;
+			if (n - at <= 16)
+				return false;
+			/* the next 16 bytes, or the last 16 without the ones seen */
+			size_t next = n - at >= 32 ? at + 16 : n - 16;
+			keep = ~0u << (at + 16 - next);
+			before = sl >> (next - 1 - at) & 1;
+			at = next;
+		}
 	}
 #endif
-	for (s = s ? s : 1; s < n; s++)
+	for (size_t s = 1; s < n; s++)
 		if (p[s - 1] == '/' && (p[s] == c[0] || p[s] == c[1] || p[s] == c[2] || p[s] == c[3]))
 			return true;
 	return false;

@@ -98,31 +98,36 @@ static inline bool dot_component(const char *p, size_t j, size_t n)
  */
 static ssize_t normal_len(const char *p)
 {
-	size_t n = strlen(p), s = 0;
+	size_t n = strlen(p), at = 0;
 
 	if (!n || (n > 1 && p[n - 1] == '/') || (p[0] == '.' && dot_component(p, 0, n)))
 		return -1;
 #ifdef __SSE2__
-	const __m128i slash = _mm_set1_epi8('/'), dot = _mm_set1_epi8('.');
+	if (n >= 16) {
+		const __m128i slash = _mm_set1_epi8('/'), dot = _mm_set1_epi8('.');
+		unsigned keep = ~0u, before = 0;        /* the bytes not seen yet; P[AT - 1] is '/' */
 
-	while (n >= 16 && s < n) {
-		/* the last 16 bytes once fewer are left, without the ones seen */
-		size_t at = n - s >= 16 ? s : n - 16;
-		__m128i c = _mm_loadu_si128((const void *)(p + at));
-		unsigned sl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c, slash));
-		unsigned dt = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c, dot));
-		/* bit Q: the byte before P[AT + Q] is a slash */
-		unsigned after = (sl << 1 | (at && p[at - 1] == '/')) & (~0u << (s - at));
-		if (after & sl)
-			return -1;      /* "//" */
-		for (unsigned m = after & dt; m; m &= m - 1)
-			if (dot_component(p, at + (size_t)__builtin_ctz(m), n))
-				return -1;
-		s = at + 16;
+		for (;;) {
+			__m128i c = _mm_loadu_si128((const void *)(p + at));
+			unsigned sl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c, slash));
+			unsigned after = (sl << 1 | before) & keep;     /* bit Q: P[AT + Q - 1] is '/' */
+			if (after & sl)
+				return -1;      /* "//" */
+			for (unsigned m = after & (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c, dot)); m; m &= m - 1)
+				if (dot_component(p, at + (size_t)__builtin_ctz(m), n))
+					return -1;
+			if (n - at <= 16)
+				return (ssize_t)n;
+			/* the next 16 bytes, or the last 16 without the ones seen */
+			size_t next = n - at >= 32 ? at + 16 : n - 16;
+			keep = ~0u << (at + 16 - next);
+			before = sl >> (next - 1 - at) & 1;
+			at = next;
+		}
 	}
 #endif
-	for (; s < n; s++)
-		if (s && p[s - 1] == '/' && (p[s] == '/' || (p[s] == '.' && dot_component(p, s, n))))
+	for (size_t s = 1; s < n; s++)
+		if (p[s - 1] == '/' && (p[s] == '/' || (p[s] == '.' && dot_component(p, s, n))))
 			return -1;
 	return (ssize_t)n;
 }

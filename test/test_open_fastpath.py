@@ -289,3 +289,34 @@ def test_changing_opens_of_hidden_paths_refused(shim, flags):
     assert shim.read(".env") == SECRET and not shim.exists(".env.x.local")
     with open(os.path.join(shim.home, b".ssh", b"id_x"), "rb") as f:
         assert f.read() == SECRET
+
+
+def test_unnormal_spellings_at_every_position_of_a_chunk(shim):
+    """A hidden prefix per length: WS/v{k}/sec for k from 1 to 40, so that
+    the one "//", "/./" or "/x/.." of each spelling falls at every byte of
+    the 16-byte chunks normal_len() takes (the last of one chunk and the
+    first of the next among them); each such spelling must be rewritten
+    before the policy sees it, or the prefix would not match."""
+    ws = os.fsdecode(shim.ws)
+    F = "f" * 20
+    policy = os.path.join(shim.base, b"chunks.ini")
+    lines = ["[policy]", "mode = enforce", "landlock = off", "[paths]", "writable = $WORKSPACE",
+             "writable = /tmp"]
+    cases = {}
+    for k in range(1, 41):
+        v = "v" * k
+        lines.append(f"hidden = {ws}/{v}/sec")
+        # long names after: the relative spellings pass 32 bytes, so that a
+        # chunk starts at byte 16, not only at the last 16 bytes
+        shim.write(f"{v}/sec/{F}", SECRET)
+        shim.write(f"{v}/x/{F}", PLAIN)
+        for rel in (f"{v}//sec/{F}", f"{v}/./sec/{F}", f"{v}/x/../sec/{F}", f"{v}/x//../sec/{F}"):
+            cases[rel] = cases[f"{ws}/{rel}"] = "EACCES"
+        for rel in (f"{v}/x/{F}", f"{v}//x/{F}", f"{v}/./x/{F}"):
+            cases[rel] = cases[f"{ws}/{rel}"] = "ok:plain"
+    with open(policy, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    env = shim.env(FTSBX_POLICY=os.fsdecode(policy))
+    got = run_py(shim, "for p in sys.argv[1:]:\n    out[p] = attempt(p)\ndone()\n", *cases, env=env)
+    wrong = {p: (got.get(p), want) for p, want in cases.items() if got.get(p) != want}
+    assert not wrong, f"{len(wrong)} of {len(cases)} wrong (got, wanted): {wrong}"
