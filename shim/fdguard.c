@@ -14,7 +14,7 @@ static int *const ours[] = { &shim.g.fd, &shim.s.dirfd, &shim.s.logfd, &shim.s.o
 
 /* Compared field by field (every close asks): no table of pointers to
  * load first. */
-static bool is_ours(int fd)
+static inline __attribute__((always_inline)) bool is_ours(int fd)
 {
 	return fd >= 0 && ((shim.seg_open && fd == shim.g.fd) ||
 			   (shim.session_open && (fd == shim.s.dirfd || fd == shim.s.logfd || fd == shim.s.objfd)));
