@@ -14,6 +14,10 @@
 #include <netinet/in.h>
 #include "internal.h"
 
+/* A read's check (every open that only reads asks it), kept together with
+ * the shim's own code of that open in .text.hot. */
+#define HOT __attribute__((hot))
+
 /*
  * The block's hash. Every process that starts checks its block, so this is
  * on the path of every exec: four independent lanes over 32-byte strides
@@ -337,7 +341,7 @@ static size_t next_comp(const char *p, size_t n, size_t from, const uint64_t fir
  * chunk of 16 bytes is compared with the slash and the four bytes at once,
  * and the bytes after slashes found by a shift of the slashes' mask.
  */
-static bool comp_starts_with(const char *p, size_t n, const unsigned char c[4])
+HOT static bool comp_starts_with(const char *p, size_t n, const unsigned char c[4])
 {
 #ifdef __SSE2__
 	if (n >= 16) {
@@ -431,7 +435,7 @@ static const char *path_rule(const struct policy *pol, int kind, const char *p, 
  * its components begins with a byte a floating glob can begin with, or
  * when there are anchored ones.
  */
-static bool hidden_glob_may(const struct policy *pol, const char *p, size_t n)
+HOT static bool hidden_glob_may(const struct policy *pol, const char *p, size_t n)
 {
 	if (pol->anchored[PK_HIDDEN])
 		return true;
@@ -440,7 +444,7 @@ static bool hidden_glob_may(const struct policy *pol, const char *p, size_t n)
 	return pol->hidden_nfirst && comp_starts_with(p, n, pol->hidden_firstc);
 }
 
-static const char *hidden_rule(const struct policy *pol, const char *p, size_t n)
+HOT static const char *hidden_rule(const struct policy *pol, const char *p, size_t n)
 {
 	const char *r = NULL;
 	uint64_t w;
@@ -495,8 +499,8 @@ static __attribute__((noinline)) enum pverdict write_verdict(const struct policy
 	return PV_DENY;
 }
 
-enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool write, mode_t type,
-				const char **why)
+HOT enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool write, mode_t type,
+				    const char **why)
 {
 	size_t n = strlen(abs);
 	const char *r;
@@ -513,7 +517,7 @@ enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool 
 	return write ? write_verdict(pol, abs, n, type, why) : PV_ALLOW;
 }
 
-enum pverdict policy_path(const struct policy *pol, const char *abs, bool write, const char **why)
+HOT enum pverdict policy_path(const struct policy *pol, const char *abs, bool write, const char **why)
 {
 	return policy_path_typed(pol, abs, write, 0, why);
 }

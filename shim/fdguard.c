@@ -33,7 +33,7 @@ static void move_ours(int fd)
 	REAL(close)(fd);
 }
 
-EXPORT int close(int fd)
+HOT EXPORT int close(int fd)
 {
 	shim_ensure();
 	if (shim_ready && is_ours(fd)) {

@@ -99,7 +99,7 @@ static int open_resolved(int d, const char *p, int f)
  * the real open (openat2 unusable here). *ABS: the lexical path (P itself,
  * or BUF), or "".
  */
-static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const char **abs)
+HOT static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const char **abs)
 {
 	long fd;
 	int err;
@@ -123,7 +123,7 @@ static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const char
 	return -1;
 }
 
-static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
+HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 {
 	char abs[PATH_MAX];
 	struct hook_ctx c;
@@ -183,14 +183,14 @@ static bool has_mode(int f)
 	}                                                \
 	m_; })
 
-EXPORT int open(const char *p, int f, ...) { return open_hook(K_OPEN, AT_FDCWD, p, f, MODE_ARG(f)); }
-EXPORT int open64(const char *p, int f, ...) { return open_hook(K_OPEN64, AT_FDCWD, p, f, MODE_ARG(f)); }
-EXPORT int openat(int d, const char *p, int f, ...) { return open_hook(K_OPENAT, d, p, f, MODE_ARG(f)); }
-EXPORT int openat64(int d, const char *p, int f, ...) { return open_hook(K_OPENAT64, d, p, f, MODE_ARG(f)); }
-EXPORT int __open_2(const char *p, int f) { return open_hook(K_OPEN_2, AT_FDCWD, p, f, 0); }
-EXPORT int __open64_2(const char *p, int f) { return open_hook(K_OPEN64_2, AT_FDCWD, p, f, 0); }
-EXPORT int __openat_2(int d, const char *p, int f) { return open_hook(K_OPENAT_2, d, p, f, 0); }
-EXPORT int __openat64_2(int d, const char *p, int f) { return open_hook(K_OPENAT64_2, d, p, f, 0); }
+HOT EXPORT int open(const char *p, int f, ...) { return open_hook(K_OPEN, AT_FDCWD, p, f, MODE_ARG(f)); }
+HOT EXPORT int open64(const char *p, int f, ...) { return open_hook(K_OPEN64, AT_FDCWD, p, f, MODE_ARG(f)); }
+HOT EXPORT int openat(int d, const char *p, int f, ...) { return open_hook(K_OPENAT, d, p, f, MODE_ARG(f)); }
+HOT EXPORT int openat64(int d, const char *p, int f, ...) { return open_hook(K_OPENAT64, d, p, f, MODE_ARG(f)); }
+HOT EXPORT int __open_2(const char *p, int f) { return open_hook(K_OPEN_2, AT_FDCWD, p, f, 0); }
+HOT EXPORT int __open64_2(const char *p, int f) { return open_hook(K_OPEN64_2, AT_FDCWD, p, f, 0); }
+HOT EXPORT int __openat_2(int d, const char *p, int f) { return open_hook(K_OPENAT_2, d, p, f, 0); }
+HOT EXPORT int __openat64_2(int d, const char *p, int f) { return open_hook(K_OPENAT64_2, d, p, f, 0); }
 
 /* The check for one system call number, or 0 for numbers left alone. */
 /* Said and recorded once per process: libuv asks from every thread. */

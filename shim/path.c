@@ -96,7 +96,7 @@ static inline bool dot_component(const char *p, size_t j, size_t n)
  * masks, a bit per byte, and only a dot after a slash looked at (".git" or
  * ".cache" is normal). Reads no byte past PATH's end.
  */
-static ssize_t normal_len(const char *p)
+HOT static ssize_t normal_len(const char *p)
 {
 	size_t n = strlen(p), at = 0;
 
@@ -195,7 +195,7 @@ HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi)
 
 /* A close costs a load and a compare: the slot of FD holds another fd,
  * or none, nearly always. */
-HIDDEN void fdcache_drop(int fd)
+HOT HIDDEN void fdcache_drop(int fd)
 {
 	struct fdc *e = &fdc[(unsigned)fd % FDC_N];
 
@@ -292,7 +292,7 @@ static int resolve_dotdot(char out[PATH_MAX])
  * itself when it is absolute and normal already (the common case of a
  * read: no copy), else OUT. 0 or -errno.
  */
-HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, const char **abs)
+HOT HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, const char **abs)
 {
 	bool dotdot = false;
 	size_t n = 0;

@@ -32,6 +32,9 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
+/* The code of a read-only open and its close, kept together in .text.hot
+ * (after the constructor's .text.startup): a few pages, not one per file. */
+#define HOT __attribute__((hot))
 
 #define HOOK(ret, name, params, args, fail, pre) extern HIDDEN ret(*real_##name) params;
 #include "hooks.def"
