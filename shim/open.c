@@ -86,6 +86,10 @@ static int open_resolved(int d, const char *p, int f)
 	return -2;
 }
 
+/* The kernel has no openat2 (before 5.6; valgrind; a seccomp profile that
+ * answers ENOSYS): every read is judged as the kernel resolves it. */
+static bool no_openat2;
+
 /*
  * A read-only open in enforce mode: judged on its lexical path, then
  * opened with openat2(RESOLVE_NO_SYMLINKS), so that a symlink on the way
@@ -94,10 +98,12 @@ static int open_resolved(int d, const char *p, int f)
  * one system call as without the shim, and the lexical verdict was exact.
  * A path with a symlink in it (ELOOP), or one the shim cannot spell as an
  * absolute path of less than PATH_MAX bytes (a deep cwd joined to a path
- * with ".." in it), is judged again as the kernel resolves it. Returns the
- * fd, -1 with errno set (refused, or the kernel's own failure), or -2: do
- * the real open (openat2 unusable here). *ABS: the lexical path (P itself,
- * or BUF), or "".
+ * with ".." in it), is judged again as the kernel resolves it, and so is
+ * every read where openat2 cannot be used (no such system call, refused by
+ * a seccomp filter, flags it does not take): the real open then follows
+ * symlinks the lexical verdict never saw. Returns the fd, -1 with errno set
+ * (refused, or the kernel's own failure), or -2: do the real open (judged).
+ * *ABS: the lexical path (P itself, or BUF), or "".
  */
 HOT static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const char **abs)
 {
@@ -112,13 +118,15 @@ HOT static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const 
 		errno = err;
 		return -1;
 	}
+	if (__builtin_expect(no_openat2, 0))
+		return open_resolved(d, p, f);
 	fd = sys_openat2_nosym(d, p, f);
 	if (fd >= 0)
 		return (int)fd;
-	if (fd == -ELOOP)
+	if (fd == -ENOSYS)
+		no_openat2 = true;
+	if (fd == -ELOOP || fd == -ENOSYS || fd == -EPERM || fd == -EINVAL || fd == -E2BIG || fd == -EXDEV)
 		return open_resolved(d, p, f);
-	if (fd == -ENOSYS || fd == -EINVAL || fd == -E2BIG || fd == -EPERM || fd == -EXDEV)
-		return -2;
 	errno = (int)-fd;
 	return -1;
 }

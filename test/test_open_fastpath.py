@@ -320,3 +320,33 @@ def test_unnormal_spellings_at_every_position_of_a_chunk(shim):
     got = run_py(shim, "for p in sys.argv[1:]:\n    out[p] = attempt(p)\ndone()\n", *cases, env=env)
     wrong = {p: (got.get(p), want) for p, want in cases.items() if got.get(p) != want}
     assert not wrong, f"{len(wrong)} of {len(cases)} wrong (got, wanted): {wrong}"
+
+
+NO_OPENAT2 = r"""
+import ctypes, platform, struct
+libc = ctypes.CDLL(None, use_errno=True)
+# a seccomp filter: openat2 (437 on x86-64 and aarch64) fails with ERRNO
+prog = b"".join(struct.pack("HBBI", *ins) for ins in (
+    (0x20, 0, 0, 0), (0x15, 0, 1, 437), (0x06, 0, 0, 0x00050000 | int(sys.argv[1])), (0x06, 0, 0, 0x7fff0000)))
+buf = ctypes.create_string_buffer(prog)
+fprog = struct.pack("HxxxxxxQ", 4, ctypes.addressof(buf))
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+assert libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0, ctypes.get_errno()
+for p in ("lfile", "ldir/id_x", "chain1", "rel/sub/k", ".env", "readable", "okl", "okdir/f", "nope"):
+    out[p] = attempt(p)
+out["twice"] = attempt("lfile")
+done()
+"""
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="openat2's number")
+@pytest.mark.parametrize("err", ["ENOSYS", "EPERM"])
+def test_symlinks_refused_where_openat2_cannot_be_used(shim, err):
+    """A kernel without openat2, or a seccomp profile that refuses it: every
+    read is judged as the kernel resolves it (the real open follows
+    symlinks the lexical check never saw)."""
+    import errno as E
+    got = run_py(shim, NO_OPENAT2, getattr(E, err))
+    assert got == {"lfile": "EACCES", "ldir/id_x": "EACCES", "chain1": "EACCES", "rel/sub/k": "EACCES",
+                   ".env": "EACCES", "readable": "ok:plain", "okl": "ok:plain", "okdir/f": "ok:plain",
+                   "nope": "ENOENT", "twice": "EACCES"}, got
