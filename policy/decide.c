@@ -3,6 +3,9 @@
  * paths, signals and connect(). Everything here runs inside hooks: no
  * allocation, no stdio, no locks; a path check is a few binary searches in
  * sorted prefix tables and a glob only for the rules that have wildcards.
+ * A read (every open that only reads asks) is first put to a filter kept
+ * in struct policy (hidden_rule): most paths are answered there, without
+ * a look at the block's pages.
  */
 #include <errno.h>
 #include <string.h>

@@ -3,7 +3,9 @@
  * relative path is joined to the cached cwd (kept by the chdir and fchdir
  * hooks) or to its dirfd's path, then normalised lexically ("." and "//").
  * ".." is resolved by the kernel instead (open O_PATH, read the link in
- * /proc/self/fd), since "link/.." is not the link's directory.
+ * /proc/self/fd), since "link/.." is not the link's directory. The common
+ * path is normal already: one pass (normal_len, 16 bytes at a time) says
+ * so, and it is then taken as it is (absolute) or after the cwd (relative).
  */
 #include <stdlib.h>
 #include <string.h>
