@@ -16,6 +16,7 @@ static int *const ours[] = { &shim.g.fd, &shim.s.dirfd, &shim.s.logfd, &shim.s.o
  * load first. */
 static inline __attribute__((always_inline)) bool is_ours(int fd)
 {
+	_Static_assert(NOURS == 4, "is_ours compares each descriptor of ours[]");
 	return fd >= 0 && ((shim.seg_open && fd == shim.g.fd) ||
 			   (shim.session_open && (fd == shim.s.dirfd || fd == shim.s.logfd || fd == shim.s.objfd)));
 }
