@@ -370,6 +370,25 @@ HOT static bool comp_starts_with(const char *p, size_t n, const unsigned char c[
 			at = next;
 		}
 	}
+	if (n > 8) {
+		/* 9 to 15 bytes (/dev/null, /etc/passwd): the first 8 and the
+		 * last 8 as one chunk; lane Q is P[Q] below 8, P[N - 16 + Q]
+		 * from 8 on. Lane 8's byte, P[N - 8], is lane N - 8's too, whose
+		 * byte before is in the chunk: lane 8 is left out. */
+		const __m128i slash = _mm_set1_epi8('/');
+		uint64_t lo, hi;
+
+		memcpy(&lo, p, 8);
+		memcpy(&hi, p + n - 8, 8);
+		__m128i v = _mm_set_epi64x((long long)hi, (long long)lo);
+		__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c[0])),
+							_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c[1]))),
+					   _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c[2])),
+							_mm_cmpeq_epi8(v, _mm_set1_epi8((char)c[3]))));
+		unsigned sl = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, slash));
+		unsigned after = sl << 1 & ~0x100u;
+		return after & (unsigned)_mm_movemask_epi8(hit);
+	}
 #endif
 	for (size_t s = 1; s < n; s++)
 		if (p[s - 1] == '/' && (p[s] == c[0] || p[s] == c[1] || p[s] == c[2] || p[s] == c[3]))

@@ -963,6 +963,42 @@ static void test_read_filters_against_reference(void **state)
 	assert_true(hidden > total / 20 && hidden < total - total / 20);
 }
 
+/* Every place a component can start in paths of 2 to 40 bytes: hidden when
+ * the byte before it is a slash, readable when it is not, with four first
+ * bytes (a chunk's bytes compared at once) and with five (a bitmap). */
+static void test_read_filters_at_every_position(void **state)
+{
+	static const char *const texts[] = {
+		"[paths]\nhidden = k*\nhidden = .q\nhidden = zz\nhidden = w\n",
+		"[paths]\nhidden = k*\nhidden = .q\nhidden = zz\nhidden = w\nhidden = y\n",
+	};
+
+	(void)state;
+	for (size_t t = 0; t < 2; t++) {
+		struct policy *pol = load(texts[t]);
+		assert_non_null(pol);
+		for (size_t n = 2; n <= 40; n++)
+			for (size_t j = 1; j < n; j++) {
+				char p[64];
+				memset(p, 'a', n);
+				p[0] = '/';
+				p[n] = 0;
+				p[j] = 'k';
+				char *blk = malloc(n + 1);
+				memcpy(blk, p, n + 1);
+				if ((path(pol, blk, false) == PV_DENY) != (j == 1))
+					fail_msg("policy %zu: %s", t, p);
+				if (j >= 2) {
+					blk[j - 1] = '/';
+					if (path(pol, blk, false) != PV_DENY)
+						fail_msg("policy %zu: %s should be hidden", t, blk);
+				}
+				free(blk);
+			}
+		policy_free(pol);
+	}
+}
+
 static double ns_per(struct timespec a, struct timespec b, long n)
 {
 	return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n;
@@ -1031,6 +1067,7 @@ int main(void)
 		cmocka_unit_test(test_exec_rule_filters),
 		cmocka_unit_test(test_shipped_policies_load),
 		cmocka_unit_test(test_read_filters_against_reference),
+		cmocka_unit_test(test_read_filters_at_every_position),
 		cmocka_unit_test(test_read_check_is_fast),
 	};
 

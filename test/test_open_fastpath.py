@@ -314,6 +314,13 @@ def test_unnormal_spellings_at_every_position_of_a_chunk(shim):
             cases[rel] = cases[f"{ws}/{rel}"] = "EACCES"
         for rel in (f"{v}/x/{F}", f"{v}//x/{F}", f"{v}/./x/{F}"):
             cases[rel] = cases[f"{ws}/{rel}"] = "ok:plain"
+        # and short ones, 9 to 15 bytes (one chunk of the first 8 bytes and
+        # the last 8), with names of every length
+        for m in range(1, 9) if k <= 8 else ():
+            g = "g" * m
+            shim.write(f"{v}/sec/{g}", SECRET)
+            for rel in (f"{v}//sec/{g}", f"{v}/./sec/{g}", f"{v}/x/../sec/{g}"):
+                cases[rel] = "EACCES"
     with open(policy, "w") as f:
         f.write("\n".join(lines) + "\n")
     env = shim.env(FTSBX_POLICY=os.fsdecode(policy))
