@@ -287,9 +287,18 @@ static size_t estimate(const struct rec *r)
 	       strlen(r->path) + (r->path2 ? strlen(r->path2) : 0) + r->n1 + r->n2;
 }
 
-/* Build R and append it (with SEQ, or a fresh one when 0). The buffer is on
- * the stack when it fits, else mapped, and grows while xattrs overflow it. */
-static int emit(struct jseg *g, uint32_t txn, const struct rec *r, uint64_t seq)
+/* A change the journal makes itself right after its record, before any
+ * other record of this process (jseg_append_then); KEPT: the record stayed. */
+struct then {
+	int (*change)(void *arg);
+	void *arg;
+	bool kept;
+};
+
+/* Build R and append it (with SEQ, or a fresh one when 0), then make T's
+ * change when T is not NULL. The buffer is on the stack when it fits, else
+ * mapped, and grows while xattrs overflow it. */
+static int emit_then(struct jseg *g, uint32_t txn, const struct rec *r, uint64_t seq, struct then *t)
 {
 	uint8_t stack[STACK_REC];
 	size_t cap = estimate(r);
@@ -298,22 +307,31 @@ static int emit(struct jseg *g, uint32_t txn, const struct rec *r, uint64_t seq)
 		uint8_t *buf = cap <= sizeof(stack) ? stack : scratch(cap);
 		size_t bcap = buf == stack ? sizeof(stack) : cap;
 		struct jbuild b;
+		bool big;
 		int err;
 
 		if (!buf)
 			return -ENOMEM;
 		jb_init(&b, buf, bcap, r->type, r->rflags, txn);
 		err = fill(&b, r);
-		if (!err && b.overflow)
+		big = b.overflow;
+		if (!err && big)
 			err = -E2BIG;
+		else if (!err && t)
+			err = jseg_append_then(g, &b, seq, t->change, t->arg, &t->kept);
 		else if (!err)
 			err = seq ? jseg_append_seq(g, &b, seq) : jseg_append(g, &b, NULL);
 		if (buf != stack)
 			unscratch(buf, cap);
-		if (err != -E2BIG || bcap >= J_REC_MAX)
+		if (!big || bcap >= J_REC_MAX)
 			return err;
 		cap = bcap * 16 < J_REC_MAX ? bcap * 16 : J_REC_MAX;
 	}
+}
+
+static int emit(struct jseg *g, uint32_t txn, const struct rec *r, uint64_t seq)
+{
+	return emit_then(g, txn, r, seq, NULL);
 }
 
 /* ---- pre-image bytes ----------------------------------------------------------- */
@@ -734,6 +752,71 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 	return err;
 }
 
+/* A regular file removed by the journal itself: its record first (the one
+ * remove_file writes: the inode kept as objects/D/SEQ.ino), then its name
+ * renamed to that object, in place of a hard link and the program's own
+ * unlink (one system call where there were two, and no inode's link count
+ * raised then dropped). Invariant 1 holds: the record is in the segment
+ * before the name is gone; a process killed between the two leaves the
+ * file in place, the very inode the record names, which its undo finds
+ * already there (undo.c: is_preimage), the missing object being the
+ * rename that never happened. The rename looks the file up as the
+ * program's unlink would (its own DIRFD and name, a trailing slash and
+ * all) and fails wherever that unlink fails (ENOENT, EACCES, EPERM in a
+ * sticky directory or on an immutable file, EBUSY, EROFS: the kernel's
+ * may_delete checks both the same way); where it fails for a reason of
+ * its own (another mount: EXDEV, objects/ in trouble), the record is cut
+ * off again and the link path and the program's own call decide, so that
+ * the program always sees its unlink's own error. */
+#define FALLBACK 2
+
+struct move {
+	const struct at *at;
+	struct jsession *s;
+	char *name;                    /* objects/D/SEQ.ino, relative to objects/ */
+	size_t dirlen;
+	bool tried;
+};
+
+static int move_to_object(void *arg)
+{
+	struct move *m = arg;
+	int err;
+
+	m->tried = true;
+	if (renameat(m->at->fd, m->at->name, m->s->objfd, m->name) == 0)
+		return 0;
+	if (errno != ENOENT || !m->dirlen)
+		return -errno;
+	err = object_dir(m->s, m->name, m->dirlen);     /* the first object of its subdirectory */
+	if (err)
+		return err;
+	return renameat(m->at->fd, m->at->name, m->s->objfd, m->name) == 0 ? 0 : -errno;
+}
+
+/* JCAP_DONE: removed; FALLBACK: not, and no record left; else -errno. */
+static int move_file(struct jseg *g, uint32_t txn, struct rec *r, const struct at *at)
+{
+	struct jsession *s = g->s;
+	uint64_t seq = jsession_next_seq(s), ino[2] = { r->st->st_dev, r->st->st_ino };
+	char name[JOBJ_NAME_MAX];
+	struct move m = { at, s, name, jobject_name(name, s->features, seq, "ino"), false };
+	struct then t = { move_to_object, &m, false };
+	int err;
+
+	r->tag = F_INODE;
+	r->p1 = ino;
+	r->n1 = sizeof(ino);
+	r->rflags |= JR_INODE_XATTRS;
+	r->xattrs = XA_NONE;
+	err = emit_then(g, txn, r, seq, &t);
+	if (!err)
+		return JCAP_DONE;
+	if (t.kept)             /* not removed, and its record could not be cut off */
+		return -EIO;
+	return m.tried ? FALLBACK : err;
+}
+
 /* KNOWN: the file's lstat taken just before, or NULL. */
 static int rec_remove(struct jseg *g, uint32_t txn, const char *path, const struct at *at,
 		      const struct stat *known)
@@ -874,6 +957,43 @@ static int remove_known(struct jseg *g, uint32_t txn, const char *path, int dirf
 int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name)
 {
 	return remove_known(g, txn, path, dirfd, name, NULL);
+}
+
+/* What move_file needs of a session: subdirectories for its objects, and
+ * kept inodes that keep their own xattrs (no listing in the record). A
+ * durable session keeps the link path, which syncs the object's name before
+ * its record: a rename on an ext4 without a journal may reach the disk with
+ * one of its two directory blocks and not the other. */
+#define MOVE_FEATURES (JI_OBJDIRS | JI_INODE_XATTRS)
+
+int jcap_unlinkat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name)
+{
+	struct jsession *s = g->s;
+	struct at own = { dirfd, name }, at = own;
+	struct stat st;
+	bool plain;
+	int err;
+
+	if (!name || !*name || (s->flags & JS_DURABLE) || (s->features & MOVE_FEATURES) != MOVE_FEATURES)
+		return remove_known(g, txn, path, dirfd, name, NULL);
+	plain = !strchr(name, '/');
+	if (!plain)
+		at = (struct at){ AT_FDCWD, path };
+	dedup_bump(s);          /* the name will stand for another inode, or none */
+	err = parent_meta(g, txn, path);
+	if (err)
+		return err;
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;    /* nothing to keep: the call fails too */
+	if (S_ISREG(st.st_mode)) {
+		struct rec r = { .type = J_REMOVE, .path = path, .st = &st };
+
+		err = move_file(g, txn, &r, &own);
+		if (err != FALLBACK)
+			return err;
+	}
+	/* the link path; the lstat serves it when it looked the file up the same way */
+	return rec_remove(g, txn, path, &at, plain ? &st : NULL);
 }
 
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path)

@@ -162,6 +162,15 @@ void jseg_close(struct jseg *g);
 int  jseg_append(struct jseg *g, struct jbuild *b, uint64_t *seq);
 /* The same with the seq taken beforehand (capture.c names objects by it). */
 int  jseg_append_seq(struct jseg *g, struct jbuild *b, uint64_t seq);
+/* Append B with SEQ, then make the change it undoes, CHANGE(ARG) (0 or
+ * -errno), before any other record of this process can follow it. When
+ * the change fails, the record is cut off again as if never written (SEQ
+ * stays unused: a legal gap) and CHANGE's error returned. *KEPT: the record
+ * is in the segment (the change made, or the cut failed: then the change
+ * was not made and the record's undo finds its pre-image in place, as it
+ * does after a process killed between the two). */
+int  jseg_append_then(struct jseg *g, struct jbuild *b, uint64_t seq, int (*change)(void *arg), void *arg,
+		      bool *kept);
 
 /* ---- capture: save the pre-image before a change --------------------- */
 
@@ -174,6 +183,13 @@ int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
 /* The same, with the program's own DIRFD and NAME for the system calls when
  * NAME is one component (PATH is what the record keeps). */
 int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name);
+/* An unlink (unlinkat without AT_REMOVEDIR, remove()) of NAME relative to
+ * DIRFD, the program's own arguments: a regular file may be removed here
+ * and now, after its record (renamed into objects/, capture.c); JCAP_DONE
+ * then, and the program's call must not be made. 0: the program's call
+ * goes on (the record written, or nothing to keep: it fails). */
+#define JCAP_DONE 1
+int jcap_unlinkat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name);
 /* *DIRS: a directory or a symlink may change its name (the lookup of other
  * paths may change); true when that cannot be ruled out. */
 int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags,

@@ -396,10 +396,17 @@ void jseg_close(struct jseg *g)
 	g->lane = -1;
 }
 
-/* Called with g->lock held. */
-static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq)
+/* The segment's length is now END (after a record, or back before one). */
+static void set_end(struct jseg *g, uint64_t end)
 {
-	uint8_t saved[J_LINK_LEN];
+	g->end = end;           /* this process is the segment's only writer */
+	if (g->lane >= 0)       /* what the lane's next taker checks its length against */
+		__atomic_store_n(&g->s->lanes[g->lane].end, end, __ATOMIC_RELEASE);
+}
+
+/* Called with g->lock held. SAVED gets the chain link before the record. */
+static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq, uint8_t saved[J_LINK_LEN])
+{
 	int err;
 
 	if (g->fd < 0)
@@ -422,30 +429,63 @@ static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq)
 		memcpy(g->link, saved, J_LINK_LEN);
 		return err;
 	}
-	g->end += b->len;       /* this process is the segment's only writer */
-	if (g->lane >= 0)       /* what the lane's next taker checks its length against */
-		__atomic_store_n(&g->s->lanes[g->lane].end, g->end, __ATOMIC_RELEASE);
+	set_end(g, g->end + b->len);
 	return 0;
 }
 
 int jseg_append_seq(struct jseg *g, struct jbuild *b, uint64_t seq)
 {
+	uint8_t saved[J_LINK_LEN];
 	int err;
 
 	pthread_mutex_lock(&g->lock);
-	err = append_locked(g, b, seq);
+	err = append_locked(g, b, seq, saved);
+	pthread_mutex_unlock(&g->lock);
+	return err;
+}
+
+/* The record just appended (B, LEN bytes, the chain's link before it in
+ * SAVED) never was: the segment cut back before it. Called with g->lock
+ * held, nothing appended since. false: it stays (the cut failed). */
+static bool cut_last(struct jseg *g, size_t len, const uint8_t saved[J_LINK_LEN])
+{
+	uint64_t end = g->end - len;
+
+	if (ftruncate(g->fd, (off_t)end) < 0)
+		return false;
+	memcpy(g->link, saved, J_LINK_LEN);
+	set_end(g, end);
+	return true;
+}
+
+int jseg_append_then(struct jseg *g, struct jbuild *b, uint64_t seq, int (*change)(void *arg), void *arg,
+		     bool *kept)
+{
+	uint8_t saved[J_LINK_LEN];
+	int err;
+
+	*kept = false;
+	pthread_mutex_lock(&g->lock);
+	err = append_locked(g, b, seq, saved);
+	if (!err) {
+		*kept = true;
+		err = change(arg);
+		if (err && cut_last(g, b->len, saved))
+			*kept = false;
+	}
 	pthread_mutex_unlock(&g->lock);
 	return err;
 }
 
 int jseg_append(struct jseg *g, struct jbuild *b, uint64_t *seq)
 {
+	uint8_t saved[J_LINK_LEN];
 	uint64_t n;
 	int err;
 
 	pthread_mutex_lock(&g->lock);
 	n = jsession_next_seq(g->s);
-	err = append_locked(g, b, n);
+	err = append_locked(g, b, n, saved);
 	pthread_mutex_unlock(&g->lock);
 	if (!err && seq)
 		*seq = n;

@@ -1,8 +1,9 @@
 /*
  * unit.c - unit tests of the journal library on cmocka: checksums, record
  * round trips, framing limits, concurrent writers and session creators,
- * version and feature refusal, object names, and torn tails, each against a
- * fresh scratch session.
+ * version and feature refusal, object names, torn tails, and a change made
+ * right after its record (cut off when it fails, rewound exactly when its
+ * process dies in between), each against a fresh scratch session.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -792,6 +798,237 @@ static void test_torn_tail_keeps_every_record_before_it(void **state)
 	}
 }
 
+/* ---- a change made by the journal right after its record ------------------ */
+
+static int change_fails(void *arg)
+{
+	(*(int *)arg)++;
+	return -EXDEV;
+}
+
+static int change_done(void *arg)
+{
+	(*(int *)arg)++;
+	return 0;
+}
+
+static void exec_record(struct jbuild *b, uint8_t *buf, size_t n, const char *path)
+{
+	jb_init(b, buf, n, J_EXEC, 0, 1);
+	jb_str(b, F_PATH, path);
+}
+
+/* A change that fails leaves no trace of its record: the segment is cut
+ * back, the chain goes on from the record before, its seq stays a gap. */
+static void test_record_of_a_failed_change_is_cut_off(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jbuild b;
+	struct jreader r;
+	uint8_t buf[512];
+	char err[256];
+	bool kept = true;
+	int calls = 0;
+
+	(void)state;
+	open_session(&s, &g);
+	exec_record(&b, buf, sizeof(buf), "/bin/a");
+	assert_int_equal(jseg_append(&g, &b, NULL), 0);
+	uint64_t end = g.end;
+	exec_record(&b, buf, sizeof(buf), "/bin/failed");
+	assert_int_equal(jseg_append_then(&g, &b, jsession_next_seq(&s), change_fails, &calls, &kept), -EXDEV);
+	assert_int_equal(calls, 1);
+	assert_false(kept);
+	assert_int_equal(g.end, end);
+	assert_int_equal(lseek(g.fd, 0, SEEK_END), (off_t)end);
+	exec_record(&b, buf, sizeof(buf), "/bin/done");
+	assert_int_equal(jseg_append_then(&g, &b, jsession_next_seq(&s), change_done, &calls, &kept), 0);
+	assert_int_equal(calls, 2);
+	assert_true(kept);
+	exec_record(&b, buf, sizeof(buf), "/bin/c");
+	assert_int_equal(jseg_append(&g, &b, NULL), 0);
+	jseg_close(&g);
+	/* the next taker of the lane finds its length as the last owner left it */
+	assert_int_equal(jseg_open(&g, &s, NULL), 0);
+	exec_record(&b, buf, sizeof(buf), "/bin/d");
+	assert_int_equal(jseg_append(&g, &b, NULL), 0);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	const char *want[] = { "/bin/a", "/bin/done", "/bin/c", "/bin/d" };
+	size_t k = 0;
+	for (size_t i = 0; i < r.nrec; i++) {
+		if (r.rec[i].type != J_EXEC)
+			continue;
+		char *p = jrec_strdup(&r.rec[i], F_PATH);
+		assert_true(k < 4);
+		assert_string_equal(p, want[k++]);
+		free(p);
+	}
+	assert_int_equal(k, 4);
+	jreader_close(&r);
+}
+
+/* Kill the calling process at its next rename (SECCOMP_RET_KILL_PROCESS:
+ * the system call is never made), as a kill -9 would between a removal's
+ * record and its rename. */
+static void die_at_rename(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_renameat, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_renameat2, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
+		_exit(99);
+}
+
+static void no_say(void *ctx, int level, const char *msg)
+{
+	(void)ctx;
+	(void)level;
+	(void)msg;
+}
+
+/* An unlink the journal makes by a rename after the record: a writer
+ * killed between the two leaves the record (the inode "kept" in an object
+ * that was never made) and the file where it was. The rewind must leave
+ * that file exactly as it is: the same inode, bytes, mode, mtime, and its
+ * directory's mtime. */
+static void test_removal_killed_between_record_and_rename_rewinds_exactly(void **state)
+{
+	char dir[300], file[400], other[400], err[256];
+	struct stat before, dbefore, after, dafter;
+	struct jrewind_opts o = { .say = no_say };
+	struct jrewind_stats rs = { 0 };
+	struct jreader r;
+	int status, fd;
+
+	(void)state;
+	made_session();
+	snprintf(dir, sizeof(dir), "%s/w", scratch);
+	snprintf(file, sizeof(file), "%s/victim", dir);
+	snprintf(other, sizeof(other), "%s/other-name", dir);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0640);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "pre-image\n", 10), 10);
+	struct timespec t[2] = { { 1000000000, 123456789 }, { 1000000000, 987654321 } };
+	assert_int_equal(futimens(fd, t), 0);
+	close(fd);
+	assert_int_equal(link(file, other), 0);        /* a hard link group to keep */
+	assert_int_equal(utimensat(AT_FDCWD, dir, t, 0), 0);
+	assert_int_equal(lstat(file, &before), 0);
+	assert_int_equal(lstat(dir, &dbefore), 0);
+	if (fork() == 0) {
+		struct jsession s;
+		struct jseg g;
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+
+		open_session(&s, &g);
+		die_at_rename();
+		int e = jcap_unlinkat(&g, 7, file, dfd, "victim");
+		_exit(e == JCAP_DONE ? 0 : 1);  /* not reached: the rename kills it */
+	}
+	assert_int_not_equal(wait(&status), -1);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS);
+	/* the record is in the journal; the file is still there */
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	size_t removes = 0;
+	for (size_t i = 0; i < r.nrec; i++)
+		if (r.rec[i].type == J_REMOVE) {
+			assert_true(r.rec[i].f[F_INODE].present);
+			removes++;
+		}
+	assert_int_equal(removes, 1);
+	assert_int_equal(r.ndmg, 0);
+	jreader_close(&r);
+	assert_int_equal(jrewind(sdir(), &o, &rs), 0);
+	assert_int_equal(rs.failed, 0);
+	assert_int_equal(lstat(file, &after), 0);
+	assert_int_equal(lstat(dir, &dafter), 0);
+	assert_int_equal(after.st_ino, before.st_ino);
+	assert_int_equal(after.st_nlink, 2);
+	assert_int_equal(after.st_mode, before.st_mode);
+	assert_int_equal(after.st_size, 10);
+	assert_int_equal(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+	assert_int_equal(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+	assert_int_equal(dafter.st_mtim.tv_nsec, dbefore.st_mtim.tv_nsec);
+	char bytes[32] = { 0 };
+	fd = open(file, O_RDONLY);
+	assert_int_equal(read(fd, bytes, sizeof(bytes)), 10);
+	close(fd);
+	assert_string_equal(bytes, "pre-image\n");
+	/* nothing else came into the directory (no object was linked back) */
+	assert_int_equal(dafter.st_nlink, dbefore.st_nlink);
+	assert_int_equal(access(other, F_OK), 0);
+}
+
+/* The same removal, not killed: the file is gone, its inode is the object,
+ * and the rewind links it back (the same inode, its hard link group). */
+static void test_removal_by_rename_keeps_the_inode(void **state)
+{
+	char dir[300], file[400], obj[400];
+	struct stat before, after, kept;
+	struct jrewind_opts o = { .say = no_say };
+	struct jrewind_stats rs = { 0 };
+	struct jsession s;
+	struct jseg g;
+	int fd;
+
+	(void)state;
+	snprintf(dir, sizeof(dir), "%s/w", scratch);
+	snprintf(file, sizeof(file), "%s/victim", dir);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(lstat(file, &before), 0);
+	open_session(&s, &g);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	uint64_t next = s.ctr[0];
+	assert_int_equal(jcap_unlinkat(&g, 7, file, dfd, "victim"), JCAP_DONE);
+	close(dfd);
+	assert_int_equal(lstat(file, &after), -1);
+	assert_int_equal(errno, ENOENT);
+	/* the record's seq names the object: the one after the parent's J_META */
+	bool found = false;
+	for (uint64_t q = next; q <= s.ctr[0] && !found; q++) {
+		char name[JOBJ_NAME_MAX];
+		jobject_name(name, s.features, q, "ino");
+		snprintf(obj, sizeof(obj), "%s/objects/%s", sdir(), name);
+		found = lstat(obj, &kept) == 0;
+	}
+	assert_true(found);
+	assert_int_equal(kept.st_ino, before.st_ino);
+	assert_int_equal(kept.st_nlink, 1);
+	/* a missing file: nothing to keep, the program's call fails (ENOENT) */
+	dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	assert_int_equal(jcap_unlinkat(&g, 7, file, dfd, "victim"), 0);
+	/* a directory: journaled the old way, the program's call decides (EISDIR) */
+	char sub[400];
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	assert_int_equal(mkdirat(dfd, "sub", 0700), 0);
+	assert_int_equal(jcap_unlinkat(&g, 7, sub, dfd, "sub"), 0);
+	assert_int_equal(unlinkat(dfd, "sub", 0), -1);
+	assert_int_equal(errno, EISDIR);
+	close(dfd);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jrewind(sdir(), &o, &rs), 0);
+	assert_int_equal(lstat(sub, &after), 0);
+	assert_true(S_ISDIR(after.st_mode));
+	assert_int_equal(lstat(file, &after), 0);
+	assert_int_equal(after.st_ino, before.st_ino);
+	assert_int_equal(lstat(obj, &kept), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -818,6 +1055,10 @@ int main(void)
 		cmocka_unit_test(test_object_names_fan_out_by_seq),
 		cmocka_unit_test_setup_teardown(test_directory_that_is_not_a_session_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_torn_tail_keeps_every_record_before_it, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_record_of_a_failed_change_is_cut_off, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_removal_killed_between_record_and_rename_rewinds_exactly, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_removal_by_rename_keeps_the_inode, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
