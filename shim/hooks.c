@@ -133,9 +133,34 @@ static int off_limits_change(const char *op, const char *p)
 	return err;
 }
 
+/* P is the inode of a removed file kept in objects/, as a descriptor the
+ * program held open on it names it: jcap_unlinkat renames a removed file
+ * there, where the kernel shows an unlinked one as "NAME (deleted)". Such a
+ * file has no name left to restore it under; its pre-image is the kept
+ * inode itself (as with the link it was kept by before). */
+static bool kept_inode(const char *p)
+{
+	return path_under(p, shim.journal, shim.journal_len) &&
+	       !strncmp(p + shim.journal_len, "/objects/", 9);
+}
+
+/* P names a descriptor (a link in /proc's fd directories, /dev/fd/N,
+ * /dev/stdin...) and leads to REAL, a removed file kept in objects/: the
+ * program reaches the file through its own descriptor, as it may reach an
+ * unlinked one. Not a way into the journal: nobody can make such a link. */
+HIDDEN bool shim_fd_of_removed(const char *p, const char *real)
+{
+	return (path_under(p, "/proc", 5) || path_under(p, "/dev/fd", 7) || !strcmp(p, "/dev/stdin") ||
+		!strcmp(p, "/dev/stdout") || !strcmp(p, "/dev/stderr")) && kept_inode(real);
+}
+
+#define FD_OF_REMOVED 1
+
 /* lstat P into *ST; with FOLLOW, follow a final symlink (at most 40), as
  * the call will, leaving the target in P (*MOVED then true). ST->st_mode 0:
- * nothing there. */
+ * nothing there. FD_OF_REMOVED: P is a descriptor's link in /proc (or
+ * /dev/fd) to a removed file kept in objects/ (kept_inode), which the
+ * program reaches through its own descriptor. */
 static int resolve_final(char p[PATH_MAX], bool follow, struct stat *st, bool *moved)
 {
 	char t[PATH_MAX], joined[PATH_MAX];
@@ -153,6 +178,8 @@ static int resolve_final(char p[PATH_MAX], bool follow, struct stat *st, bool *m
 		if (n < 0)
 			return 0;
 		t[n] = 0;
+		if (shim_fd_of_removed(p, t))
+			return FD_OF_REMOVED;
 		if (t[0] == '/') {
 			strcpy(joined, t);
 		} else {
@@ -321,17 +348,27 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
 	seen.level = level_of(op, seen.is_dir);
 }
 
+/* What a pre-change check returns when it made the change itself: the
+ * hook returns success without the real call (never an errno's value). */
+#define PRE_DONE (-1)
+
 /* The removal of P, which the program names as PATH relative to DIRFD: the
  * journal's system calls take that plain name relative to DIRFD (a lookup
- * of one component), the record takes P. */
-static int capture_remove(const char *p, int dirfd, const char *path)
+ * of one component), the record takes P. An unlink of a regular file is
+ * made by the journal itself, right after its record (PRE_DONE). */
+static int capture_remove(const char *p, int dirfd, const char *path, int flags)
 {
 	struct jseg *g;
 	int err = begin_change(p, true, &g);
 
 	if (err <= 0)
 		return err ? refuse_unjournaled(p, err) : 0;
-	err = jcap_removeat(g, shim_txn(), p, dirfd, path);
+	if (flags == 0 || flags == REMOVE_ANY)
+		err = jcap_unlinkat(g, shim_txn(), p, dirfd, path);
+	else
+		err = jcap_removeat(g, shim_txn(), p, dirfd, path);
+	if (err == JCAP_DONE)
+		return PRE_DONE;
 	return err ? refuse_unjournaled(p, err) : 0;
 }
 
@@ -366,6 +403,8 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 	seen_begin(p, follow, gen);
 	locked = lock_first(p);
 	err = resolve_final(p, follow, &st, &moved);
+	if (err == FD_OF_REMOVED)
+		return 0;       /* nothing to journal, as for an unlinked file */
 	moved |= canonical_parent(p);
 	mode = st.st_mode & S_IFMT;
 	if (!err && !mode && !creates)
@@ -466,7 +505,7 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 		return err;
 	if ((err = guard_write("remove", p, 0)))
 		return err == 1 ? 0 : err;
-	return capture_remove(p, dirfd, path);
+	return capture_remove(p, dirfd, path, flags);
 }
 
 /* Whether renaming P (or over it) may change where other paths lead: it
@@ -555,10 +594,13 @@ HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
 	char p[PATH_MAX];
 	int err;
 
-	if ((flags & AT_EMPTY_PATH) && o && !*o)
+	if ((flags & AT_EMPTY_PATH) && o && !*o) {
 		err = path_fd(p, od);
-	else
+		if (!err && kept_inode(p))
+			return ENOENT;  /* an unlinked file is not linked again */
+	} else {
 		err = path_abs(p, od, o);
+	}
 	if (!err && (err = off_limits_change("link", p)))
 		return err;
 	return pre_create(nd, n);
@@ -589,7 +631,7 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 	if (path_fd(p, fd))
 		return 0;               /* a pipe, a socket: nothing to restore */
 	n = strlen(p);
-	if (n > 10 && !strcmp(p + n - 10, " (deleted)"))
+	if ((n > 10 && !strcmp(p + n - 10, " (deleted)")) || kept_inode(p))
 		return 0;               /* no name left to restore it under */
 	return check("change", p, op, false, false);
 }
@@ -603,6 +645,11 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		if (!hook_enter(&c))               \
 			return REAL(name) args;    \
 		err = (pre);                       \
+		if (err == PRE_DONE) {             \
+			shim_unlock();             \
+			hook_leave(&c);            \
+			return (ret)0;             \
+		}                                  \
 		if (err) {                         \
 			shim_unlock();             \
 			hook_refuse(&c, err);      \

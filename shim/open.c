@@ -79,7 +79,7 @@ static int open_resolved(int d, const char *p, int f)
 		return -2;      /* the real open says why */
 	err = path_fd(real, pfd);
 	close(pfd);
-	if (!err && (err = guard_read(real))) {
+	if (!err && !shim_fd_of_removed(p, real) && (err = guard_read(real))) {
 		errno = err;
 		return -1;
 	}

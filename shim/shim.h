@@ -118,6 +118,9 @@ HIDDEN int pre_symlink(int dirfd, const char *path);
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags);
 HIDDEN int pre_fd(int fd, enum jcap_op op);
+/* P is a descriptor's link (/proc/self/fd/N, /dev/fd/N) to REAL, a removed
+ * file the journal keeps in objects/ (renamed there, hooks.c). */
+HIDDEN bool shim_fd_of_removed(const char *p, const char *real);
 
 /* path.c: absolute, lexically normalised paths; cached cwd. */
 HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path);
