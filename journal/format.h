@@ -111,7 +111,10 @@
  * of all segments by seq. Gaps are legal (a process killed between taking a
  * number and writing). Duplicates are damage.
  *
- * Torn tails. A writer appends each record with one write(2) (O_APPEND). A
+ * Torn tails. A writer appends each record with one write(2) (O_APPEND), or
+ * copies it into a mapped window of a lane it holds (writer.c): the file then
+ * ends in zero bytes after the last record, which a reader takes as the end
+ * of the segment, not as damage, and the lane's next taker cuts off. A
  * process killed mid-write leaves a short or corrupt tail: a reader reports
  * it with segment and offset, ignores the rest of that segment, and yields
  * every intact record before it. Records are never rewritten in place.

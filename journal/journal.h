@@ -145,6 +145,11 @@ struct jseg {
 	uint64_t end;                  /* bytes written: where the next record goes */
 	int lane;                      /* the shared segment it writes, -1: a file of its own */
 	uint64_t owner;                /* its owner word in the lanes' table */
+	uint32_t nrec;                 /* records appended since it was opened */
+	bool nomap;                    /* a window could not be mapped: write(2) from now on */
+	uint8_t *map;                  /* a lane's mapped window (writer.c), or NULL */
+	uint64_t map_off;              /* the file offset of map[0] */
+	size_t map_len;
 };
 
 /* Take a free shared segment (log/lane-K.ftj), or create this process's

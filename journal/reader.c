@@ -160,6 +160,14 @@ static void hexlink(char *out, const uint8_t link[J_LINK_LEN])
 		sprintf(out + 2 * i, "%02x", link[i]);
 }
 
+static bool all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
 /* Walk the records of one file. Returns the number kept. */
 static size_t scan(struct jreader *r, const char *name, const uint8_t *p, size_t n,
 		   uint32_t seed, const uint8_t salt[J_SALT_LEN], unsigned kind)
@@ -176,6 +184,8 @@ static size_t scan(struct jreader *r, const char *name, const uint8_t *p, size_t
 		struct jrecord c;
 		const uint8_t *body;
 
+		if (kind == J_KIND_SEGMENT && p[off] == 0 && all_zero(p + off, n - off))
+			break;  /* room a writer reserved (format.h): the end, not damage */
 		if (n - off < J_FRAME_HDR) {
 			damage(r, name, off, true, "torn record: %zu stray bytes at the end", n - off);
 			break;

@@ -1,12 +1,28 @@
 /*
  * writer.c - records and segments: build a record in a caller's buffer,
  * stamp it with a seq and the time, chain and frame it, append it with one
- * write(2). Runs inside host processes: no malloc, no stdio; the only lock
- * is the segment's in-process mutex, which orders seq, chain and write.
+ * write(2), or, once a process has written MAP_AFTER records into a lane,
+ * with a copy into a mapped window of the lane's file (no system call: an
+ * rm -rf writes one record per file). Runs inside host processes: no
+ * malloc, no stdio; the only lock is the segment's in-process mutex, which
+ * orders seq, chain and write.
+ *
+ * The mapped window. The lane's file is grown by fallocate (so that a full
+ * disk fails there, as a write would, and never as a SIGBUS of the host at a
+ * page of the window) and mapped MAP_SHARED from the page holding the end of
+ * its last record: a record copied in is in the page cache, the same pages a
+ * reader reads, so it survives a kill -9 of its writer as a written one does.
+ * The file then ends in zeros after the last record (at most a window):
+ * format.h lets a segment end in zero bytes, which a reader takes as its end
+ * and the next taker of the lane checks and cuts off, whether its last owner
+ * gave it back or died holding it. A copy cut short by a kill leaves
+ * non-zero bytes after the last whole record: a torn tail, as a short write
+ * does. Durable sessions keep write(2) and fdatasync.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -205,10 +221,31 @@ static void lane_break(struct jlane *l)
 	__atomic_store_n(&l->owner, 0, __ATOMIC_RELEASE);
 }
 
+/* The bytes of FD from END to SIZE are zeros (the rest of a mapped window
+ * its last owner left: it died holding the lane), and are cut off. */
+static bool zero_tail(int fd, uint64_t end, uint64_t size)
+{
+	uint8_t buf[4096];
+
+	for (uint64_t off = end; off < size;) {
+		size_t want = size - off < sizeof(buf) ? (size_t)(size - off) : sizeof(buf);
+		ssize_t n = pread(fd, buf, want, (off_t)off);
+
+		if (n <= 0)
+			return false;
+		for (ssize_t i = 0; i < n; i++)
+			if (buf[i])
+				return false;
+		off += (uint64_t)n;
+	}
+	return ftruncate(fd, (off_t)end) == 0;
+}
+
 /* Open lane K, just taken, for appending: its file created with a header
  * when it has none, else its length checked against the one its last owner
- * left. A lane whose owner died in the middle of a record (its file longer
- * than that) is not used again: its torn tail stays where the reader expects
+ * left (zeros after it, a mapped window's rest, are cut off). A lane whose
+ * owner died in the middle of a record (its file longer than that, and not
+ * with zeros) is not used again: its torn tail stays where the reader expects
  * one, at the end of a file nobody appends to. On success G writes after the
  * last record, and its chain goes on from it. */
 static int lane_open(struct jseg *g, struct jsession *s, int k)
@@ -222,7 +259,8 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 
 	lane_name(name, k);
 	if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_NONE) {
-		fd = openat(s->logfd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+		/* read too: a window of it is mapped MAP_SHARED */
+		fd = openat(s->logfd, name, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
 		if (fd < 0)     /* EEXIST: a taker died before marking it open */
 			return errno == EEXIST ? -EEXIST : -EAGAIN;
 		fd = jfd_high(fd);
@@ -245,7 +283,8 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 		return -errno;
 	fd = jfd_high(fd);
 	g->end = __atomic_load_n(&l->end, __ATOMIC_ACQUIRE);
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != g->end || g->end < J_FILE_HDR + J_LINK_LEN) {
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < g->end || g->end < J_FILE_HDR + J_LINK_LEN ||
+	    ((uint64_t)st.st_size > g->end && !zero_tail(fd, g->end, (uint64_t)st.st_size))) {
 		close(fd);
 		return -EPROTO;
 	}
@@ -381,8 +420,20 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	return 0;
 }
 
+static void unmap(struct jseg *g)
+{
+	if (g->map)
+		munmap(g->map, g->map_len);
+	g->map = NULL;
+}
+
 void jseg_close(struct jseg *g)
 {
+	/* The zeros after the last record stay for the next taker to check
+	 * and cut off (lane_open): this runs in an exiting process's
+	 * destructor too, outside any hook, where an ftruncate of the lane
+	 * would pass the shim's own checks of a program's call. */
+	unmap(g);
 	if (g->fd >= 0)
 		close(g->fd);
 	g->fd = -1;
@@ -394,6 +445,57 @@ void jseg_close(struct jseg *g)
 					    __ATOMIC_ACQUIRE);
 	}
 	g->lane = -1;
+}
+
+#define MAP_AFTER  16                   /* records written with write(2) before a lane is mapped */
+#define MAP_WINDOW (64u << 10)          /* bytes a window grows the file by */
+
+/* Whether the next record of G goes into a mapped window: a lane (whose
+ * next taker cuts the window's zeros off) of a session that is not durable,
+ * written by its owner, which has written a few records already (most
+ * processes write one or two: a window is not worth its system calls and
+ * its zeros to them). */
+static bool mapped(const struct jseg *g)
+{
+	return g->map || (!g->nomap && g->lane >= 0 && g->nrec >= MAP_AFTER && !(g->s->flags & JS_DURABLE) &&
+			  g->pid == getpid());
+}
+
+/* Room for N bytes at g->end in the window: a new one when they do not fit.
+ * 0; 1: no window (a full disk, a filesystem without fallocate: the file is
+ * at its length again and the caller writes, from now on); or -errno when
+ * the zeros after the last record could not be cut off. */
+static int map_room(struct jseg *g, size_t n)
+{
+	uint64_t page = (uint64_t)getpagesize(), off = g->end & ~(page - 1);
+	size_t len = (size_t)((g->end - off + n + MAP_WINDOW + page - 1) & ~(page - 1));
+	void *p = MAP_FAILED;
+
+	if (g->map && g->end + n <= g->map_off + g->map_len)
+		return 0;
+	unmap(g);
+	if (fallocate(g->fd, 0, (off_t)g->end, (off_t)(off + len - g->end)) == 0)
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, (off_t)off);
+	if (p == MAP_FAILED) {
+		g->nomap = true;
+		return ftruncate(g->fd, (off_t)g->end) < 0 ? -errno : 1;
+	}
+	g->map = p;
+	g->map_off = off;
+	g->map_len = len;
+	return 0;
+}
+
+/* Append the framed record B at g->end: copied into the window, or written. */
+static int put_record(struct jseg *g, const struct jbuild *b)
+{
+	int err = mapped(g) ? map_room(g, b->len) : 1;
+
+	if (err == 0)
+		memcpy(g->map + (g->end - g->map_off), b->buf, b->len);
+	else if (err == 1)
+		err = jwrite_all(g->fd, b->buf, b->len);
+	return err;
 }
 
 /* The segment's length is now END (after a record, or back before one). */
@@ -414,7 +516,7 @@ static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq, uint8_t
 	memcpy(saved, g->link, J_LINK_LEN);
 	err = jframe(g->s, g->link, b, seq, jnow_ns());
 	if (!err)
-		err = jwrite_all(g->fd, b->buf, b->len);
+		err = put_record(g, b);
 	if (!err && (g->s->flags & JS_DURABLE) && fdatasync(g->fd) < 0)
 		err = -errno;
 	if (err) {
@@ -423,12 +525,14 @@ static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq, uint8_t
 		 * even that fails, give the segment up: the caller opens a
 		 * new one, and the reader sees this one's torn tail. */
 		if (ftruncate(g->fd, (off_t)g->end) < 0) {
+			unmap(g);
 			close(g->fd);
 			g->fd = -1;
 		}
 		memcpy(g->link, saved, J_LINK_LEN);
 		return err;
 	}
+	g->nrec++;
 	set_end(g, g->end + b->len);
 	return 0;
 }
@@ -451,7 +555,9 @@ static bool cut_last(struct jseg *g, size_t len, const uint8_t saved[J_LINK_LEN]
 {
 	uint64_t end = g->end - len;
 
-	if (ftruncate(g->fd, (off_t)end) < 0)
+	if (g->map)             /* zeros again: the end of the segment as a reader sees it */
+		memset(g->map + (end - g->map_off), 0, len);
+	else if (ftruncate(g->fd, (off_t)end) < 0)
 		return false;
 	memcpy(g->link, saved, J_LINK_LEN);
 	set_end(g, end);

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -1029,6 +1030,233 @@ static void test_removal_by_rename_keeps_the_inode(void **state)
 	assert_int_equal(lstat(obj, &kept), -1);
 }
 
+/* ---- records copied into a mapped window of a lane ------------------------ */
+
+#define MANY 100        /* records enough for a writer to map its lane (writer.c: MAP_AFTER) */
+
+static void append_many(struct jseg *g, int n, const char *path)
+{
+	uint8_t buf[512];
+	struct jbuild b;
+
+	for (int i = 0; i < n; i++) {
+		exec_record(&b, buf, sizeof(buf), path);
+		assert_int_equal(jseg_append(g, &b, NULL), 0);
+	}
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_size;
+}
+
+static size_t count_type(const struct jreader *r, unsigned type)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < r->nrec; i++)
+		n += r->rec[i].type == type;
+	return n;
+}
+
+/* A writer that dies holding a mapped lane leaves zeros after its last
+ * record: a reader takes them as the end of the segment, and the next
+ * taker of the lane cuts them off and goes on with its chain. */
+static void test_mapped_lane_ends_in_zeros_read_as_its_end(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256], seg[400];
+	int status, pfd[2];
+	int lane = -1;
+	uint64_t end = 0;
+
+	(void)state;
+	assert_int_equal(pipe(pfd), 0);
+	if (fork() == 0) {
+		open_session(&s, &g);
+		append_many(&g, MANY, "/bin/dead");
+		if (!g.map || write(pfd[1], &g.lane, sizeof(g.lane)) != sizeof(g.lane) ||
+		    write(pfd[1], &g.end, sizeof(g.end)) != sizeof(g.end))
+			_exit(1);
+		_exit(0);       /* holding the lane, its window mapped */
+	}
+	close(pfd[1]);
+	assert_int_not_equal(wait(&status), -1);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(read(pfd[0], &lane, sizeof(lane)), sizeof(lane));
+	assert_int_equal(read(pfd[0], &end, sizeof(end)), sizeof(end));
+	close(pfd[0]);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	snprintf(seg, sizeof(seg), "%s/log/lane-%03d.ftj", sdir(), lane);
+	assert_true((uint64_t)file_size(seg) > end);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(count_type(&r, J_EXEC), MANY);
+	jreader_close(&r);
+	open_session(&s, &g);
+	assert_int_equal(g.lane, lane);         /* taken over, its zeros cut off */
+	append_many(&g, 1, "/bin/next");
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(count_type(&r, J_EXEC), MANY + 1);
+	assert_int_equal(count_type(&r, J_SEGMENT), 2);
+	jreader_close(&r);
+}
+
+/* A copy into the window cut short (its writer killed mid-record) leaves
+ * bytes that are not zeros after the last whole record: a torn tail, and
+ * nobody takes that lane again. */
+static void test_mapped_record_cut_short_is_a_torn_tail(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256];
+	int status, pfd[2], lane = -1;
+	uint64_t end = 0;
+
+	(void)state;
+	assert_int_equal(pipe(pfd), 0);
+	if (fork() == 0) {
+		open_session(&s, &g);
+		append_many(&g, MANY, "/bin/dead");
+		if (!g.map)
+			_exit(1);
+		/* the second half of a record, as a copy from its end would leave */
+		memset(g.map + (g.end - g.map_off) + 40, 0x5a, 60);
+		if (write(pfd[1], &g.lane, sizeof(g.lane)) != sizeof(g.lane) ||
+		    write(pfd[1], &g.end, sizeof(g.end)) != sizeof(g.end))
+			_exit(1);
+		_exit(0);
+	}
+	close(pfd[1]);
+	assert_int_not_equal(wait(&status), -1);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(read(pfd[0], &lane, sizeof(lane)), sizeof(lane));
+	assert_int_equal(read(pfd[0], &end, sizeof(end)), sizeof(end));
+	close(pfd[0]);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 1);
+	assert_true(r.dmg[0].tail);
+	assert_int_equal(r.dmg[0].offset, end);
+	assert_int_equal(count_type(&r, J_EXEC), MANY);
+	jreader_close(&r);
+	open_session(&s, &g);
+	assert_true(g.lane >= 0 && g.lane != lane);
+	jseg_close(&g);
+	jsession_close(&s);
+}
+
+static int change_killed(void *arg)
+{
+	(void)arg;
+	raise(SIGKILL);
+	return 0;
+}
+
+/* In a mapped window too: a failed change's record is zeros again, and a
+ * writer killed between a record and its change leaves the record whole. */
+static void test_mapped_record_of_a_failed_or_killed_change(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jbuild b;
+	struct jreader r;
+	uint8_t buf[512];
+	char err[256];
+	bool kept = true;
+	int calls = 0, status;
+
+	(void)state;
+	if (fork() == 0) {
+		open_session(&s, &g);
+		append_many(&g, MANY, "/bin/x");
+		exec_record(&b, buf, sizeof(buf), "/bin/failed");
+		if (!g.map || jseg_append_then(&g, &b, jsession_next_seq(&s), change_fails, &calls, &kept) != -EXDEV ||
+		    kept)
+			_exit(1);
+		append_many(&g, 1, "/bin/after");
+		exec_record(&b, buf, sizeof(buf), "/bin/killed");
+		jseg_append_then(&g, &b, jsession_next_seq(&s), change_killed, &calls, &kept);
+		_exit(2);
+	}
+	assert_int_not_equal(wait(&status), -1);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(count_type(&r, J_EXEC), MANY + 2);
+	char *last = jrec_strdup(&r.rec[r.nrec - 1], F_PATH);
+	char *before = jrec_strdup(&r.rec[r.nrec - 2], F_PATH);
+	assert_string_equal(last, "/bin/killed");
+	assert_string_equal(before, "/bin/after");
+	free(last);
+	free(before);
+	jreader_close(&r);
+}
+
+/* A durable session writes (and syncs) every record: no window, no zeros. */
+static void test_durable_session_never_maps(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	char seg[400];
+
+	(void)state;
+	char *argv[] = { "unit", NULL };
+	struct jsession_info info = { .argv = argv, .cwd = "/w" };
+	assert_int_equal(jsession_open(&s, sdir(), &info), 0);
+	s.flags |= JS_DURABLE;
+	assert_int_equal(jseg_open(&g, &s, argv), 0);
+	append_many(&g, MANY, "/bin/durable");
+	assert_null(g.map);
+	seg_path(seg, sizeof(seg), &g);
+	assert_int_equal((uint64_t)file_size(seg), g.end);
+	jseg_close(&g);
+	jsession_close(&s);
+}
+
+/* A fork child lets go of the window it inherited and takes a lane of its
+ * own; the parent goes on in its window. */
+static void test_fork_child_of_a_mapped_writer(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	char err[256];
+	int status;
+
+	(void)state;
+	open_session(&s, &g);
+	append_many(&g, MANY, "/bin/parent");
+	assert_non_null(g.map);
+	if (fork() == 0) {
+		int parent_lane = g.lane;
+		jseg_close(&g);
+		if (jseg_open(&g, &s, NULL) || g.lane == parent_lane)
+			_exit(1);
+		append_many(&g, MANY, "/bin/child");
+		jseg_close(&g);
+		_exit(0);
+	}
+	append_many(&g, MANY, "/bin/parent");
+	assert_int_not_equal(wait(&status), -1);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	assert_int_equal(count_type(&r, J_EXEC), 3 * MANY);
+	jreader_close(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1059,6 +1287,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_removal_killed_between_record_and_rename_rewinds_exactly, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_removal_by_rename_keeps_the_inode, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mapped_lane_ends_in_zeros_read_as_its_end, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mapped_record_cut_short_is_a_torn_tail, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mapped_record_of_a_failed_or_killed_change, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_durable_session_never_maps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fork_child_of_a_mapped_writer, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
