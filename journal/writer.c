@@ -448,7 +448,7 @@ void jseg_close(struct jseg *g)
 }
 
 #define MAP_AFTER  16                   /* records written with write(2) before a lane is mapped */
-#define MAP_WINDOW (64u << 10)          /* bytes a window grows the file by */
+#define MAP_WINDOW (16u << 10)          /* bytes a window grows the file by */
 
 /* Whether the next record of G goes into a mapped window: a lane (whose
  * next taker cuts the window's zeros off) of a session that is not durable,
