@@ -775,23 +775,69 @@ struct move {
 	struct jsession *s;
 	char *name;                    /* objects/D/SEQ.ino, relative to objects/ */
 	size_t dirlen;
-	bool tried;
+	int err;                       /* the rename's, once tried (1: not tried) */
 };
 
 static int move_to_object(void *arg)
 {
 	struct move *m = arg;
-	int err;
 
-	m->tried = true;
-	if (renameat(m->at->fd, m->at->name, m->s->objfd, m->name) == 0)
-		return 0;
-	if (errno != ENOENT || !m->dirlen)
-		return -errno;
-	err = object_dir(m->s, m->name, m->dirlen);     /* the first object of its subdirectory */
-	if (err)
-		return err;
-	return renameat(m->at->fd, m->at->name, m->s->objfd, m->name) == 0 ? 0 : -errno;
+	m->err = renameat(m->at->fd, m->at->name, m->s->objfd, m->name) == 0 ? 0 : -errno;
+	if (m->err == -ENOENT && m->dirlen) {
+		/* the first object of its subdirectory */
+		m->err = object_dir(m->s, m->name, m->dirlen);
+		if (!m->err)
+			m->err = renameat(m->at->fd, m->at->name, m->s->objfd, m->name) == 0 ? 0 : -errno;
+	}
+	return m->err;
+}
+
+/* The last directory (by its path) where this thread's rename into
+ * objects/ failed with EXDEV (on the journal's filesystem, but another
+ * mount of it: a bind mount): its next files go the link path straight
+ * away, as those of another filesystem do, instead of each writing a
+ * record the failed rename cuts off again. */
+static __thread struct {
+	uint8_t salt[J_SALT_LEN];
+	char dir[256];
+} other_mount __attribute__((tls_model("initial-exec")));
+
+static bool in_other_mount(const struct jsession *s, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = slash ? (size_t)(slash - path) : 0;
+
+	return other_mount.dir[0] && n < sizeof(other_mount.dir) && !strncmp(other_mount.dir, path, n) &&
+	       !other_mount.dir[n] && !memcmp(other_mount.salt, s->salt, J_SALT_LEN);
+}
+
+static void remember_other_mount(const struct jsession *s, const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = slash ? (size_t)(slash - path) : 0;
+
+	other_mount.dir[0] = 0;
+	if (!n || n >= sizeof(other_mount.dir))
+		return;
+	memcpy(other_mount.dir, path, n);
+	other_mount.dir[n] = 0;
+	memcpy(other_mount.salt, s->salt, J_SALT_LEN);
+}
+
+/* Whether the regular file ST can be renamed into objects/: on its
+ * filesystem (objects/' device looked up once), not in a directory known
+ * to be another mount of it. */
+static bool movable(struct jsession *s, const char *path, const struct stat *st)
+{
+	struct stat o;
+
+	if (!s->objdev_known) {
+		if (fstat(s->objfd, &o) < 0)
+			return false;
+		s->objdev = o.st_dev;
+		s->objdev_known = true;
+	}
+	return st->st_dev == s->objdev && !in_other_mount(s, path);
 }
 
 /* JCAP_DONE: removed; FALLBACK: not, and no record left; else -errno. */
@@ -800,7 +846,7 @@ static int move_file(struct jseg *g, uint32_t txn, struct rec *r, const struct a
 	struct jsession *s = g->s;
 	uint64_t seq = jsession_next_seq(s), ino[2] = { r->st->st_dev, r->st->st_ino };
 	char name[JOBJ_NAME_MAX];
-	struct move m = { at, s, name, jobject_name(name, s->features, seq, "ino"), false };
+	struct move m = { at, s, name, jobject_name(name, s->features, seq, "ino"), 1 };
 	struct then t = { move_to_object, &m, false };
 	int err;
 
@@ -814,7 +860,9 @@ static int move_file(struct jseg *g, uint32_t txn, struct rec *r, const struct a
 		return JCAP_DONE;
 	if (t.kept)             /* not removed, and its record could not be cut off */
 		return -EIO;
-	return m.tried ? FALLBACK : err;
+	if (m.err == -EXDEV)
+		remember_other_mount(s, r->path);
+	return m.err != 1 ? FALLBACK : err;
 }
 
 /* KNOWN: the file's lstat taken just before, or NULL. */
@@ -985,7 +1033,7 @@ int jcap_unlinkat(struct jseg *g, uint32_t txn, const char *path, int dirfd, con
 		return err;
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;    /* nothing to keep: the call fails too */
-	if (S_ISREG(st.st_mode)) {
+	if (S_ISREG(st.st_mode) && movable(s, path, &st)) {
 		struct rec r = { .type = J_REMOVE, .path = path, .st = &st };
 
 		err = move_file(g, txn, &r, &own);

@@ -35,6 +35,8 @@ struct jsession {
 	unsigned flags;                /* JS_* */
 	pthread_mutex_t *locks;        /* the path locks (locks.c), or NULL */
 	struct jlane *lanes;           /* the shared segments' table (locks.c), or NULL */
+	bool objdev_known;             /* objdev is objects/' device (capture.c, at its first need) */
+	dev_t objdev;
 };
 
 /* What the session file records about its creator. */
