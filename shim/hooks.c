@@ -148,10 +148,49 @@ static bool kept_inode(const char *p)
  * /dev/stdin...) and leads to REAL, a removed file kept in objects/: the
  * program reaches the file through its own descriptor, as it may reach an
  * unlinked one. Not a way into the journal: nobody can make such a link. */
+static bool all_digits(const char *s, size_t n)
+{
+	if (!n)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+	return true;
+}
+
+/* P is a descriptor's own link: /dev/fd/N, /dev/std{in,out,err}, or
+ * /proc/X/fd/N and /proc/X/task/Y/fd/N (X: self, thread-self or a pid).
+ * Nothing else under /proc (/proc/self/root/... is the whole tree). */
+static bool fd_link(const char *p)
+{
+	const char *fd, *x;
+
+	if (!strcmp(p, "/dev/stdin") || !strcmp(p, "/dev/stdout") || !strcmp(p, "/dev/stderr"))
+		return true;
+	if (!strncmp(p, "/dev/fd/", 8))
+		return all_digits(p + 8, strlen(p + 8));
+	if (strncmp(p, "/proc/", 6))
+		return false;
+	x = p + 6;
+	fd = strchr(x, '/');
+	if (!fd)
+		return false;
+	size_t n = (size_t)(fd - x);
+	if (!(n == 4 && !strncmp(x, "self", 4)) && !(n == 11 && !strncmp(x, "thread-self", 11)) &&
+	    !all_digits(x, n))
+		return false;
+	if (!strncmp(fd, "/task/", 6)) {
+		x = fd + 6;
+		fd = strchr(x, '/');
+		if (!fd || !all_digits(x, (size_t)(fd - x)))
+			return false;
+	}
+	return !strncmp(fd, "/fd/", 4) && all_digits(fd + 4, strlen(fd + 4));
+}
+
 HIDDEN bool shim_fd_of_removed(const char *p, const char *real)
 {
-	return (path_under(p, "/proc", 5) || path_under(p, "/dev/fd", 7) || !strcmp(p, "/dev/stdin") ||
-		!strcmp(p, "/dev/stdout") || !strcmp(p, "/dev/stderr")) && kept_inode(real);
+	return fd_link(p) && kept_inode(real);
 }
 
 #define FD_OF_REMOVED 1

@@ -495,6 +495,21 @@ except OSError as e:
     shim.roundtrip(script, check)
 
 
+@pytest.mark.parametrize("via", ["/proc/self/root%s", "/proc/self/cwd/%s", "/proc/thread-self/root%s"])
+def test_a_kept_inode_is_not_read_through_other_proc_paths(shim, via):
+    """Only a descriptor's own link (/proc/PID/fd/N, /dev/fd/N) reaches a
+    removed file kept in objects/: /proc/self/root, /proc/self/cwd and the
+    like spell the whole tree, and the journal stays off limits there."""
+    shim.sh(b"rm a.txt")
+    [kept] = kept_inodes_anywhere(shim)
+    target = kept if via.startswith("/proc/self/cwd") is False else os.path.relpath(kept, shim.ws)
+    path = via.encode() % target
+    proc = shim.sh(b"cat %s" % q(path), rc=None, refusals_ok=True)
+    assert proc.returncode != 0 and b"ftsbx: refused" in proc.stderr, proc
+    assert proc.stdout == b""
+    shim.rewind()
+
+
 def test_rm_killed_between_a_record_and_its_rename_rewinds_exactly(shim):
     """rm -rf killed (SIGKILL) at its 40th rename into objects/, which never
     happens: the record of that file is in the journal, its object is not,
