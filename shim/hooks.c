@@ -515,7 +515,12 @@ static int fopen_flags(const char *mode)
 
 HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode)
 {
-	return pre_open(dirfd, path, fopen_flags(mode));
+	int flags = fopen_flags(mode);
+
+	/* the lexical verdict alone would let a symlink lead to a hidden file */
+	if (!writes(flags) && path && guard_active())
+		return open_read_judge(dirfd, path);
+	return pre_open(dirfd, path, flags);
 }
 
 HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f)
@@ -523,7 +528,7 @@ HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f)
 	int flags = fopen_flags(mode);
 
 	if (path)
-		return pre_open(AT_FDCWD, path, flags);
+		return pre_fopen(AT_FDCWD, path, mode);
 	if (!writes(flags) || !f)
 		return 0;
 	return pre_fd(fileno(f), (flags & O_TRUNC) ? JC_TRUNC : (flags & O_APPEND) ? JC_APPEND : JC_WRITE);
@@ -628,6 +633,32 @@ HIDDEN int pre_symlink(int dirfd, const char *path)
 
 /* link: the new name is a creation; the old one must not lead into the
  * journal (a hard link to a journal file would let it be written). */
+/* A new name for a file is a way to it the rules do not know: the source,
+ * as the kernel resolves it (the final symlink followed only with
+ * AT_SYMLINK_FOLLOW, as linkat does), must be a file the session may
+ * write. Else a link made in the workspace would read a hidden file
+ * (`ln .env copy`), or write a protected one or one outside the writable
+ * roots through a name inside them. */
+static int link_source(int od, const char *o, int flags)
+{
+	char real[PATH_MAX];
+	struct stat st;
+	int fd, err;
+
+	if ((flags & AT_EMPTY_PATH) && o && !*o)
+		fd = fcntl(od, F_DUPFD_CLOEXEC, 0);
+	else
+		fd = openat(od, o, O_PATH | O_CLOEXEC | ((flags & AT_SYMLINK_FOLLOW) ? 0 : O_NOFOLLOW));
+	if (fd < 0)
+		return 0;       /* the real call fails the same way */
+	err = fstat(fd, &st) < 0 ? -1 : path_fd(real, fd);
+	close(fd);
+	if (err)
+		return 0;       /* the real call says why, or links a file no rule can name */
+	err = guard_write("link", real, st.st_mode & S_IFMT);
+	return err == 1 ? 0 : err;
+}
+
 HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
 {
 	char p[PATH_MAX];
@@ -641,6 +672,8 @@ HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
 		err = path_abs(p, od, o);
 	}
 	if (!err && (err = off_limits_change("link", p)))
+		return err;
+	if ((err = link_source(od, o, flags)))
 		return err;
 	return pre_create(nd, n);
 }

@@ -131,6 +131,24 @@ HOT static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const 
 	return -1;
 }
 
+/* A read that another function opens (glibc's fopen and freopen open
+ * through an internal open no hook sees): judged as open_read judges one,
+ * with an O_PATH descriptor closed at once. 0, or the errno the call must
+ * fail with (a refusal, or the kernel's own answer, the same the real call
+ * would get). */
+HIDDEN int open_read_judge(int d, const char *p)
+{
+	char buf[PATH_MAX];
+	const char *abs;
+	int fd = open_read(d, p, O_PATH | O_CLOEXEC, buf, &abs);
+
+	if (fd == -1)
+		return errno;
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}
+
 HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m)
 {
 	char abs[PATH_MAX];

@@ -187,6 +187,7 @@ HIDDEN void txn_system_done(uint32_t key, int status);
 /* guard.c: the policy. Each returns 0 (go on) or the errno that refuses;
  * guard_write returns 1 for a path that is written but not journaled. */
 HIDDEN void guard_init(bool first);
+HIDDEN int open_read_judge(int d, const char *p);
 HIDDEN bool guard_active(void);        /* enforce mode: reads are judged */
 HIDDEN bool guard_audit(void);         /* audit mode: refusals recorded, not made */
 HIDDEN void guard_ready(void);         /* the mapped policy checked (once), before a first record */
