@@ -53,6 +53,28 @@ def micro(tmp):
         unit = "us" if op == "spawn" else "ns"
         k = 1000.0 if op == "spawn" else 1.0
         row(label, statistics.median(plain) / k, statistics.median(shim) / k, unit)
+    confinement(tmp, target)
+
+
+def confinement(tmp, target):
+    """The same read-only open+close and pread under the default policy with
+    landlock = off, which also leaves out the seccomp filter that refuses
+    io_uring: what the shim itself costs, apart from the kernel confinement
+    of the session (Landlock's check on every path lookup, seccomp's on
+    every system call), which a program pays alike with or without hooks."""
+    policy = os.path.join(tmp, "no-landlock.ini")
+    with open(policy, "w") as f:
+        f.write("[policy]\nbase = default\nlandlock = off\n")
+    for op, n, label in (("open", 200000, "  the same, landlock = off (no confinement)"),
+                         ("read", 200000, "  pread 4 KiB, landlock = off")):
+        plain, shim = [], []
+        for r in range(ROUNDS):
+            out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True)
+            plain.append(float(out.stdout))
+            env = dict(shim_env(os.path.join(tmp, f"j-nl-{op}-{r}")), FTSBX_POLICY=policy)
+            out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True, env=env)
+            shim.append(float(out.stdout))
+        row(label, statistics.median(plain), statistics.median(shim), "ns")
 
 
 def make_tree(root, nfiles):
