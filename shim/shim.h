@@ -12,6 +12,7 @@
 #ifndef FTSBX_SHIM_H
 #define FTSBX_SHIM_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -108,6 +109,7 @@ HIDDEN int pre_open(int dirfd, const char *path, int flags);
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX]);
 HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode);
 HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
+HIDDEN int pre_opendir(const char *path);
 /* pre_remove's flags: AT_REMOVEDIR, 0 (unlink) or REMOVE_ANY (remove()). */
 #define REMOVE_ANY 0x40000000
 HIDDEN int pre_remove(int dirfd, const char *path, int flags);
