@@ -7,8 +7,10 @@ workspace as cwd; snap() snapshots everything a wrapped program may change
 (workspace, home, tmp); roundtrip() is the shape of most tests: snapshot,
 run, check the tree changed, rewind, snapshot again, identical, verify ok.
 """
+import contextlib
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -170,3 +172,29 @@ class Shim:
         proc = subprocess.run([b(a) for a in argv], capture_output=True)
         assert proc.returncode == 0, f"gcc {sources}: {proc.stderr.decode(errors='replace')}"
         return exe
+
+
+@contextlib.contextmanager
+def in_mount_namespace(shim, mount_args, what):
+    """SHIM's programs and txreplay in a mount namespace of their own (a
+    sleeping process holds it; they run in it through nsenter), after
+    `mount MOUNT_ARGS` there; skipped where WHAT is not permitted."""
+    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "600"],
+                              stderr=subprocess.PIPE)
+    try:
+        mine = os.readlink("/proc/self/ns/mnt")
+        for _ in range(200):
+            if holder.poll() is not None or os.readlink(f"/proc/{holder.pid}/ns/mnt") != mine:
+                break
+            time.sleep(0.01)
+        if holder.poll() is not None:
+            pytest.skip(f"unshare -m is not permitted: {holder.stderr.read().decode().strip()}")
+        mount = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", "mount", *mount_args], capture_output=True)
+        if mount.returncode:
+            pytest.skip(f"cannot {what} in a mount namespace: {mount.stderr.decode().strip()}")
+        shim.ns = holder.pid
+        yield shim
+    finally:
+        shim.ns = None
+        holder.kill()
+        holder.wait()

@@ -17,12 +17,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
 from conftest import Scratch, assert_same, last_seq
-from test_shim_lib import PY, SHIM, Shim, q
+from test_shim_lib import PY, SHIM, Shim, in_mount_namespace, q
 
 FANOUT = 100    # journal/format.h, J_OBJ_FANOUT
 
@@ -405,31 +404,11 @@ def test_unlink_as_a_user_in_sticky_and_read_only_directories():
         assert_same(before, shim.snap())
 
 
-@contextlib.contextmanager
 def bind_mounted(shim, rel):
     """SHIM's programs and txreplay in a mount namespace of their own where
     REL is bind-mounted onto itself: the same filesystem (the same st_dev)
     as the journal, but another mount, which no rename or link crosses."""
-    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "600"],
-                              stderr=subprocess.PIPE)
-    try:
-        mine = os.readlink("/proc/self/ns/mnt")
-        for _ in range(200):
-            if holder.poll() is not None or os.readlink(f"/proc/{holder.pid}/ns/mnt") != mine:
-                break
-            time.sleep(0.01)
-        if holder.poll() is not None:
-            pytest.skip(f"unshare -m is not permitted: {holder.stderr.read().decode().strip()}")
-        mount = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", "mount", "--bind", shim.p(rel),
-                                shim.p(rel)], capture_output=True)
-        if mount.returncode:
-            pytest.skip(f"cannot bind-mount in a mount namespace: {mount.stderr.decode().strip()}")
-        shim.ns = holder.pid
-        yield shim
-    finally:
-        shim.ns = None
-        holder.kill()
-        holder.wait()
+    return in_mount_namespace(shim, ["--bind", shim.p(rel), shim.p(rel)], "bind-mount")
 
 
 def test_unlink_across_a_bind_mount_keeps_a_copy(shim):

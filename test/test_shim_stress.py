@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import LONG, Scratch, assert_same, populate
-from test_shim_lib import PY, Shim, q
+from test_shim_lib import PY, Shim, in_mount_namespace, q
 
 
 @pytest.fixture
@@ -180,26 +180,9 @@ def small_journal_fs(shim):
     """SHIM with its journal directory on a 1 MiB tmpfs mounted in a mount
     namespace of its own (a sleeping process holds it; its programs and
     txreplay run in it through nsenter)."""
-    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "600"],
-                              stderr=subprocess.PIPE)
-    try:
-        mine = os.readlink("/proc/self/ns/mnt")
-        for _ in range(200):
-            if holder.poll() is not None or os.readlink(f"/proc/{holder.pid}/ns/mnt") != mine:
-                break
-            time.sleep(0.01)
-        if holder.poll() is not None:
-            pytest.skip(f"unshare -m is not permitted: {holder.stderr.read().decode().strip()}")
-        mount = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", "mount", "-t", "tmpfs",
-                                "-o", "size=1m,mode=700", "ftsbx-full", os.path.dirname(shim.journal)],
-                               capture_output=True)
-        if mount.returncode:
-            pytest.skip(f"cannot mount a tmpfs in a mount namespace: {mount.stderr.decode().strip()}")
-        shim.ns = holder.pid
-        yield shim
-    finally:
-        holder.kill()
-        holder.wait()
+    with in_mount_namespace(shim, ["-t", "tmpfs", "-o", "size=1m,mode=700", "ftsbx-full",
+                                   os.path.dirname(shim.journal)], "mount a tmpfs") as s:
+        yield s
 
 
 def filler(shim):
