@@ -114,6 +114,24 @@ def test_run_creates_the_session_for_its_root_and_leaves_no_trace_in_its_environ
     assert session and session[0]["argv"][:2] == ["bash", "-c"]
 
 
+@pytest.mark.parametrize("first", ["echo kept > made.txt", "true"])
+def test_run_of_a_missing_program_keeps_a_session_that_was_there(tmp_path, first):
+    """ftsbx makes the session while the command starts and takes it back
+    when the program cannot run, but only a session it made: one an earlier
+    run left (with records, or with none) stays whole, and still rewinds."""
+    ws = make_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    assert run(tmp_path, "--", "bash", "-c", first).returncode == 0
+    journal = tmp_path / "j"
+    files = sorted(str(p.relative_to(journal)) for p in journal.rglob("*"))
+    r = run(tmp_path, "--", "no-such-program-here")
+    assert r.returncode == 127 and "cannot run" in r.stderr
+    assert sorted(str(p.relative_to(journal)) for p in journal.rglob("*")) == files
+    assert (tmp_path / "j.heads").exists()
+    subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(journal)], check=True, capture_output=True)
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 def test_run_of_a_missing_program_leaves_no_session(tmp_path):
     make_ws(tmp_path)
     r = run(tmp_path, "--", "no-such-program-here")
