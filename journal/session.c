@@ -145,16 +145,26 @@ int jsession_release_reserve(struct jsession *s)
 }
 
 /* Remove the files and directories a session is created with, then DIR:
- * nothing else (a session some process wrote into keeps its log/). */
+ * nothing else. A session some process wrote into keeps everything: its
+ * objects/ or its log/ is not empty (objects/, emptied first, is made
+ * again if log/ then turns out to be in use). */
 static int remove_created(const char *dir)
 {
-	static const char *const names[] = { "log", "objects", "session", "shared", "seq", "reserve", "locks" };
-	char p[PATH_MAX];
+	static const char *const files[] = { "session", "shared", "seq", "reserve", "locks" };
+	char p[PATH_MAX], q[PATH_MAX];
 
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
-		if (unlink(p) < 0 && rmdir(p) < 0 && errno != ENOENT && errno != ENOTDIR && i == 0)
-			return -errno;
+	snprintf(p, sizeof(p), "%s/objects", dir);
+	if (rmdir(p) < 0 && errno != ENOENT)
+		return -errno;
+	snprintf(q, sizeof(q), "%s/log", dir);
+	if (rmdir(q) < 0 && errno != ENOENT) {
+		int err = -errno;
+		mkdir(p, 0700);
+		return err;
+	}
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", dir, files[i]);
+		unlink(p);
 	}
 	return rmdir(dir) == 0 ? 0 : -errno;
 }
