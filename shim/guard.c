@@ -156,25 +156,35 @@ static void took(void)
 		shim.s.flags |= JS_DURABLE;
 }
 
-/* A later process of a root that left its block in SESSION/shared (PATH):
- * the first page (the slot's owner and length) and the block after what
- * the session maps, in one mapping. */
-STARTUP_TEXT static void map_slot(const char *path, const char *root)
+/* FD (closed here) mapped read-only: its first LEN bytes, or all of it
+ * when LEN is 0; NULL when it is shorter or cannot be mapped. */
+STARTUP_TEXT static char *map_ro(int fd, size_t len, size_t *size)
+{
+	struct stat st;
+	void *p = MAP_FAILED;
+
+	if (sys_fstat(fd, &st) == 0 && st.st_size >= (off_t)len) {
+		len = len ? len : (size_t)st.st_size;
+		p = sys_mmap(len, PROT_READ, MAP_SHARED, fd);
+	}
+	sys_close(fd);
+	*size = len;
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* A later process of root PID that left its block in SESSION/shared
+ * (PATH): the first page (the slot's owner and length) and the block after
+ * what the session maps, in one mapping. */
+STARTUP_TEXT static void map_slot(const char *path, uint64_t pid)
 {
 	const struct jpolicy_slot *slot;
-	uint64_t pid = 0, len;
-	size_t at = jshared_size();
-	struct stat st;
-	char *p;
-	int fd;
+	size_t at = jshared_size(), n;
+	uint64_t len;
+	int fd = sys_open(path, O_RDONLY | O_CLOEXEC);
+	char *p = fd < 0 ? NULL : map_ro(fd, at + JL_POLICY_MAX, &n);
 
-	for (; *root >= '0' && *root <= '9'; root++)
-		pid = pid * 10 + (uint64_t)(*root - '0');
-	fd = sys_open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || sys_fstat(fd, &st) < 0 || st.st_size < (off_t)(at + JL_POLICY_MAX) ||
-	    (p = sys_mmap(at + JL_POLICY_MAX, PROT_READ, MAP_SHARED, fd)) == MAP_FAILED)
+	if (!p)
 		fail_closed("the session's compiled policy is missing");
-	sys_close(fd);
 	slot = (const struct jpolicy_slot *)(const void *)(p + JL_POLICY_SLOT);
 	len = __atomic_load_n(&slot->len, __ATOMIC_ACQUIRE);
 	if (__atomic_load_n(&slot->owner, __ATOMIC_ACQUIRE) != (JL_POLICY_CLAIMED | pid) || !len ||
@@ -188,25 +198,23 @@ STARTUP_TEXT static void map_slot(const char *path, const char *root)
 STARTUP_TEXT static void map_published(void)
 {
 	char err[1024];
-	int fd = -1;
-	struct stat st;
-	void *p;
-
 	const char *root = shim_getenv("FTSBX_ROOT");
 	static const char name[] = "/policy-", shared[] = "/shared";
 	char path[PATH_MAX + 32];
 	size_t n = shim.journal_len, k = 0;
+	uint64_t pid = 0;
+	int fd;
 
 	/* JOURNAL/policy-ROOT, or JOURNAL/shared for a root whose FTSBX_ROOT
 	 * ends in '+', without snprintf (state.c: the constructor's path) */
 	if (!root)
 		root = "0";
-	while (root[k] >= '0' && root[k] <= '9')
-		k++;
+	for (; root[k] >= '0' && root[k] <= '9'; k++)
+		pid = pid * 10 + (uint64_t)(root[k] - '0');
 	memcpy(path, shim.journal, n);
 	if (root[k] == '+' && !root[k + 1] && k) {
 		memcpy(path + n, shared, sizeof(shared));
-		map_slot(path, root);
+		map_slot(path, pid);
 		return;
 	}
 	memcpy(path + n, name, sizeof(name) - 1);
@@ -223,11 +231,8 @@ STARTUP_TEXT static void map_published(void)
 		__atomic_store_n(&pol_state, POL_READY, __ATOMIC_RELEASE);
 		return;
 	}
-	if (sys_fstat(fd, &st) < 0 || (p = sys_mmap((size_t)st.st_size, PROT_READ, MAP_SHARED, fd)) == MAP_FAILED)
+	if (!(blob = map_ro(fd, 0, &blob_size)))
 		fail_closed("the session's compiled policy is damaged");
-	sys_close(fd);
-	blob = p;
-	blob_size = (size_t)st.st_size;
 }
 
 /*

@@ -523,11 +523,6 @@ HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode)
 	return pre_open(dirfd, path, flags);
 }
 
-HIDDEN int pre_opendir(const char *path)
-{
-	return path && guard_active() ? open_read_judge(AT_FDCWD, path) : pre_open(AT_FDCWD, path, O_RDONLY);
-}
-
 HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f)
 {
 	int flags = fopen_flags(mode);

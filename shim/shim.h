@@ -109,7 +109,6 @@ HIDDEN int pre_open(int dirfd, const char *path, int flags);
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX]);
 HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode);
 HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
-HIDDEN int pre_opendir(const char *path);
 /* pre_remove's flags: AT_REMOVEDIR, 0 (unlink) or REMOVE_ANY (remove()). */
 #define REMOVE_ANY 0x40000000
 HIDDEN int pre_remove(int dirfd, const char *path, int flags);
