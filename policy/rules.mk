@@ -28,7 +28,7 @@ $(B)/libpolicy.a: $(POLICY_OBJ)
 $(B)/tools/ftsbx.o: policy/policy.h
 
 $(B)/ftsbx: $(B)/tools/ftsbx.o $(B)/tools/run.o $(B)/libpolicy.a $(B)/libjournal.a
-	$(CC) $(SANFLAGS) -o $@ $^ $(POLICY_LIBS) $(TOOL_LIBS)
+	$(CC) $(SANFLAGS) $(TOOL_LDFLAGS) -o $@ $^ $(POLICY_LIBS) $(TOOL_LIBS)
 
 $(B)/test/policy_unit.o: policy/policy.h policy/internal.h
 
