@@ -522,6 +522,9 @@ static int pre_object(struct jsession *s, int fd, struct pre *p)
 	size_t dirlen;
 	int out, err;
 
+	err = jsession_objfd(s);        /* objects/ made at its first need */
+	if (err < 0)
+		return journal_side(err);
 	p->maplen = 2 * CHUNK;
 	p->map = scratch(p->maplen);
 	if (!p->map)
@@ -716,8 +719,10 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 	struct stat st;
 	char name[JOBJ_NAME_MAX];
 	size_t dirlen = jobject_name(name, s->features, seq, "ino");
-	int fd, err;
+	int fd, err = jsession_objfd(s);
 
+	if (err < 0)
+		return journal_side(err);
 	err = linkat(at->fd, at->name, s->objfd, name, 0) == 0 ? 0 : -errno;
 	if (err == -ENOENT && dirlen && (err = object_dir(s, name, dirlen)) == 0)
 		err = linkat(at->fd, at->name, s->objfd, name, 0) == 0 ? 0 : -errno;
@@ -832,7 +837,7 @@ static bool movable(struct jsession *s, const char *path, const struct stat *st)
 	struct stat o;
 
 	if (!s->objdev_known) {
-		if (fstat(s->objfd, &o) < 0)
+		if (jsession_objfd(s) < 0 || fstat(s->objfd, &o) < 0)
 			return false;
 		s->objdev = o.st_dev;
 		s->objdev_known = true;

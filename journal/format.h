@@ -25,6 +25,8 @@
  *                        offset 24 the namespace generation (bumped by the shim
  *                        before every rmdir, rename and symlink: ends cached
  *                        path verdicts). All only grow (atomic add).
+ *                        Bytes 32..35 (JI_LAZYDIRS): u32 bits, 1 once log/
+ *                        was made, 2 once objects/ was (atomic or).
  *                        Bytes 256..271: the policy's slot (JI_SHARED).
  *                        Bytes 512..4095: 896 u32 slots where a process that
  *                        is not a tool call leaves its transaction id
@@ -54,6 +56,13 @@
  *                        1 open, 2 given up), 12 bytes zero }. A locks file
  *                        without the table, or a session without JI_LANES (an
  *                        older one), means no lanes.
+ *                        A JI_LAZYDIRS session is created without log/ and
+ *                        objects/: the first process that writes a record
+ *                        (an object) makes it, so that a session nothing
+ *                        changed in costs two inodes fewer. A session without
+ *                        log/ has no records, unless its counters' page says
+ *                        log/ was made: then it is damage, and a writer
+ *                        refuses (EIO) rather than start a log/ anew.
  *     objects/D/S.gz     a large pre-image, gzip framed (zcat reads it)
  *     objects/D/S.ino    a preserved inode: a hard link to a removed file
  *
@@ -162,7 +171,9 @@
 #define JI_LANES        0x00000008u     /* log/lane-K.ftj: a segment may hold several writers' runs */
 #define JI_SHARED       0x00000010u     /* SESSION/shared: the counters, the locks, the lanes and the
 					   reserve in one file (else SESSION/seq, locks and reserve) */
-#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES | JI_SHARED)
+#define JI_LAZYDIRS     0x00000020u     /* log/ and objects/ made by their first writer (with JI_SHARED):
+					   no log/ is no record, unless the counters' page says made */
+#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES | JI_SHARED | JI_LAZYDIRS)
 #define JI_NEW          JI_KNOWN        /* what a new session gets */
 
 /* Record types. Each lists its fields; [opt] marks optional ones. */

@@ -27,7 +27,8 @@
 #define JS_DURABLE 0x1  /* fsync every record and object: survive power loss */
 
 struct jsession {
-	int dirfd, logfd, objfd;       /* SESSION/, log/, objects/ (O_CLOEXEC) */
+	int dirfd;                     /* SESSION/ (O_CLOEXEC) */
+	int logfd, objfd;              /* log/, objects/: -1 until jsession_logfd/_objfd */
 	uint64_t *ctr;                 /* the seq file, mapped shared */
 	uint8_t salt[J_SALT_LEN];
 	uint32_t seed;                 /* crc32c seed derived from the salt */
@@ -53,6 +54,12 @@ struct jsession_info {
  * -EPROTONOSUPPORT for another format version. */
 int  jsession_open(struct jsession *s, const char *dir, const struct jsession_info *info);
 void jsession_close(struct jsession *s);
+/* log/ and objects/, opened at the first need (and made, in a JI_LAZYDIRS
+ * session: format.h), then kept: the descriptor, or -errno (-EIO: a
+ * directory the session made is gone). Thread-safe. Not in a vfork child:
+ * the descriptor would be the child's, in memory the parent keeps. */
+int  jsession_logfd(struct jsession *s);
+int  jsession_objfd(struct jsession *s);
 /* Take back a session just created that nothing wrote into (log/ empty):
  * its files, its directories and DIR. 0 or -errno (-ENOTEMPTY: in use). */
 int  jsession_discard(const char *dir);
@@ -78,6 +85,9 @@ size_t jobject_name(char out[JOBJ_NAME_MAX], uint32_t features, uint64_t seq, co
  * there. jshared_policy_put claims the place and writes the bytes: 0, or
  * -EBUSY (another root has it), -EFBIG, -ENOTSUP (an older session), -errno. */
 struct jpolicy_slot { uint64_t owner, len; };
+#define JL_DIRS_MADE      32      /* u32: JL_MADE_LOG, JL_MADE_OBJECTS (JI_LAZYDIRS) */
+#define JL_MADE_LOG       1u
+#define JL_MADE_OBJECTS   2u
 #define JL_POLICY_SLOT    256
 #define JL_RELEASED_AT    512     /* the released transactions' slots (txn.c, format.h) */
 #define JL_POLICY_MAX     (64u << 10)

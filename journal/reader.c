@@ -289,6 +289,20 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Whether the shared page of a JI_LAZYDIRS session says log/ was made. */
+static bool log_was_made(const struct jreader *r)
+{
+	uint32_t made = 0;
+	int fd = openat(r->dirfd, "shared", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return true;    /* no telling: a missing log/ is reported */
+	if (pread(fd, &made, sizeof(made), JL_DIRS_MADE) != (ssize_t)sizeof(made))
+		made = JL_MADE_LOG;
+	close(fd);
+	return made & JL_MADE_LOG;
+}
+
 static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint32_t seed)
 {
 	int lfd = openat(r->dirfd, "log", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -297,6 +311,8 @@ static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint
 	struct dirent *e;
 	DIR *d;
 
+	if (lfd < 0 && errno == ENOENT && (r->features & JI_LAZYDIRS) && !log_was_made(r))
+		return 0;       /* nothing was ever written */
 	if (lfd < 0)
 		return -errno;
 	d = fdopendir(lfd);

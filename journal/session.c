@@ -1,9 +1,11 @@
 /*
  * session.c - open or atomically create a session directory: the session
- * file, the shared counters, log/ and objects/. Creation builds the whole
- * directory under a temporary name and renames it into place, so that
- * concurrent creators (the first processes of a wrapped agent) agree on one
- * session and no reader ever sees half of one.
+ * file and the shared file (log/ and objects/ are made by their first
+ * writer: JI_LAZYDIRS). Creation builds the whole directory under a
+ * temporary name and renames it into place, so that concurrent creators
+ * (the first processes of a wrapped agent) agree on one session and no
+ * reader ever sees half of one; the creator that wins goes on with the
+ * directory it built, without opening it again by name.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -175,8 +177,10 @@ int jsession_discard(const char *dir)
 }
 
 /* Build a complete session under a temporary name beside DIR, then rename it
- * into place. Losing the race to another creator is success. */
-static int create_session(const char *dir, const struct jsession_info *info)
+ * into place. Losing the race to another creator is success (OUT->dirfd
+ * stays -1); the winner gets its directory's descriptor, salt and features
+ * in OUT. */
+static int create_session(const char *dir, const struct jsession_info *info, struct jsession *out)
 {
 	char tmp[PATH_MAX];
 	uint8_t salt[J_SALT_LEN], hdr[J_FILE_HDR], link[J_LINK_LEN];
@@ -186,6 +190,9 @@ static int create_session(const char *dir, const struct jsession_info *info)
 	char cwd[PATH_MAX];
 	int dfd = -1, err;
 	uint32_t features = JI_NEW & ~info->without;
+
+	if (!(features & JI_SHARED))
+		features &= ~JI_LAZYDIRS;       /* its bits live on the shared page */
 
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.new.%d", dir, (int)getpid()) >= sizeof(tmp))
 		return -ENAMETOOLONG;
@@ -211,7 +218,7 @@ static int create_session(const char *dir, const struct jsession_info *info)
 		err = -errno;
 		goto out;
 	}
-	if (mkdirat(dfd, "log", 0700) < 0 || mkdirat(dfd, "objects", 0700) < 0) {
+	if (!(features & JI_LAZYDIRS) && (mkdirat(dfd, "log", 0700) < 0 || mkdirat(dfd, "objects", 0700) < 0)) {
 		err = -errno;
 		goto out;
 	}
@@ -252,10 +259,13 @@ static int create_session(const char *dir, const struct jsession_info *info)
 	err = write_file_at(dfd, "session", buf, J_FILE_HDR + b.len);
 	if (err)
 		goto out;
-	close(dfd);
-	dfd = -1;
-	if (rename(tmp, dir) == 0)
+	if (rename(tmp, dir) == 0) {
+		out->dirfd = dfd;       /* the same directory, under its name now */
+		memcpy(out->salt, salt, sizeof(salt));
+		out->seed = s.seed;
+		out->features = features;
 		return 0;
+	}
 	err = (errno == EEXIST || errno == ENOTEMPTY) ? 0 : -errno;
 out:
 	if (dfd >= 0)
@@ -302,20 +312,24 @@ int jsession_open(struct jsession *s, const char *dir, const struct jsession_inf
 		} else if (errno != ENOENT || !info || tries) {
 			return -errno;
 		}
-		err = create_session(dir, info);
+		err = create_session(dir, info, s);
 		if (err)
 			return err;
+		if (s->dirfd >= 0)
+			break;      /* made here: its header is known */
 	}
 	if (err == -ENOENT)
 		err = -EPROTO;      /* a directory, but no session in it */
 	if (err)
 		goto fail;
 	s->dirfd = jfd_high(s->dirfd);
-	s->logfd = jfd_high(openat(s->dirfd, "log", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	s->objfd = jfd_high(openat(s->dirfd, "objects", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	if (s->logfd < 0 || s->objfd < 0) {
-		err = errno == ENOENT ? -EPROTO : -errno;
-		goto fail;
+	if (!(s->features & JI_LAZYDIRS)) {     /* an older session has both from the start */
+		s->logfd = jfd_high(openat(s->dirfd, "log", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+		s->objfd = jfd_high(openat(s->dirfd, "objects", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+		if (s->logfd < 0 || s->objfd < 0) {
+			err = errno == ENOENT ? -EPROTO : -errno;
+			goto fail;
+		}
 	}
 	if (s->features & JI_SHARED) {
 		/* one file: the counters, the locks and the lanes */
@@ -363,6 +377,48 @@ void jsession_close(struct jsession *s)
 	if (s->objfd >= 0)
 		close(s->objfd);
 	s->dirfd = s->logfd = s->objfd = -1;
+}
+
+/* SESSION/NAME, opened at its first need into *SLOT; made first in a
+ * JI_LAZYDIRS session, unless the shared page says it was made already
+ * (then it was removed under the session: damage, -EIO). Two threads may
+ * both open it: one descriptor is kept, the other closed. */
+static int subdir_fd(struct jsession *s, int *slot, const char *name, uint32_t made_bit)
+{
+	int fd = __atomic_load_n(slot, __ATOMIC_ACQUIRE), kept = -1;
+
+	if (fd >= 0)
+		return fd;
+	fd = openat(s->dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && (s->features & JI_LAZYDIRS) && s->ctr) {
+		uint32_t *made = (uint32_t *)(void *)((char *)s->ctr + JL_DIRS_MADE);
+		if (__atomic_load_n(made, __ATOMIC_ACQUIRE) & made_bit)
+			return -EIO;
+		if (mkdirat(s->dirfd, name, 0700) < 0 && errno != EEXIST)
+			return -errno;
+		if ((s->flags & JS_DURABLE) && fsync(s->dirfd) < 0)
+			return -errno;
+		__atomic_or_fetch(made, made_bit, __ATOMIC_SEQ_CST);
+		fd = openat(s->dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return errno == ENOENT ? -EIO : -errno;
+	fd = jfd_high(fd);
+	if (!__atomic_compare_exchange_n(slot, &kept, fd, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		close(fd);
+		return kept;
+	}
+	return fd;
+}
+
+int jsession_logfd(struct jsession *s)
+{
+	return subdir_fd(s, &s->logfd, "log", JL_MADE_LOG);
+}
+
+int jsession_objfd(struct jsession *s)
+{
+	return subdir_fd(s, &s->objfd, "objects", JL_MADE_OBJECTS);
 }
 
 uint64_t jsession_next_seq(struct jsession *s)

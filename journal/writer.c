@@ -255,20 +255,22 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 	char name[32];
 	struct stat st;
 	ssize_t n;
-	int fd;
+	int fd, logfd = jsession_logfd(s);     /* open already: jseg_open */
 
+	if (logfd < 0)
+		return -EAGAIN;
 	lane_name(name, k);
 	if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_NONE) {
 		/* read too: a window of it is mapped MAP_SHARED */
-		fd = openat(s->logfd, name, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+		fd = openat(logfd, name, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
 		if (fd < 0)     /* EEXIST: a taker died before marking it open */
 			return errno == EEXIST ? -EEXIST : -EAGAIN;
 		fd = jfd_high(fd);
 		jfile_header(hdr, s->salt, J_KIND_SEGMENT, s->features);
 		if (jwrite_all(fd, hdr, sizeof(hdr)) < 0 ||
-		    ((s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(s->logfd) < 0))) {
+		    ((s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(logfd) < 0))) {
 			close(fd);      /* a full disk: no half-written file is left */
-			unlinkat(s->logfd, name, 0);
+			unlinkat(logfd, name, 0);
 			return -EAGAIN;
 		}
 		jchain_start(g->link, s->salt, hdr);
@@ -278,7 +280,7 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 		g->fd = fd;
 		return 0;
 	}
-	fd = openat(s->logfd, name, O_RDWR | O_APPEND | O_CLOEXEC);
+	fd = openat(logfd, name, O_RDWR | O_APPEND | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	fd = jfd_high(fd);
@@ -355,7 +357,7 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	uint8_t hdr[J_FILE_HDR], buf[4096];
 	char name[64];
 	struct jbuild b;
-	int fd, err, picked;
+	int fd, err, picked, logfd;
 
 	/* libsodium hashes with its portable BLAKE2b until sodium_init() picks
 	 * the vectorised one: about a third of an unlink's own instructions.
@@ -369,6 +371,9 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	g->fd = -1;
 	g->lane = -1;
 	g->pid = getpid();
+	logfd = jsession_logfd(s);      /* made here, in a JI_LAZYDIRS session */
+	if (logfd < 0)
+		return logfd;
 	if (s->lanes && (g->lane = lane_take(g, s)) >= 0) {
 		g->first_seq = jsession_next_seq(s);
 		segment_record(&b, buf, sizeof(buf), g->pid, argv);
@@ -395,7 +400,7 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	}
 	g->first_seq = jsession_next_seq(s);
 	snprintf(name, sizeof(name), "%llu-%d.ftj", (unsigned long long)g->first_seq, (int)g->pid);
-	fd = openat(s->logfd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
+	fd = openat(logfd, name, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	fd = jfd_high(fd);
@@ -407,11 +412,11 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 		err = jwrite_all(fd, hdr, sizeof(hdr));
 	if (!err)
 		err = jwrite_all(fd, b.buf, b.len);
-	if (!err && (s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(s->logfd) < 0))
+	if (!err && (s->flags & JS_DURABLE) && (fsync(fd) < 0 || fsync(logfd) < 0))
 		err = -errno;
 	if (err) {
 		close(fd);
-		unlinkat(s->logfd, name, 0);
+		unlinkat(logfd, name, 0);
 		return err;
 	}
 	g->fd = fd;

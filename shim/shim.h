@@ -153,7 +153,7 @@ struct shim_state {
 	bool session_open, seg_open;
 	pid_t seg_pid;
 	struct { dev_t dev; ino_t ino; } jdirs[3];   /* session, log/, objects/ */
-	bool jdirs_known;              /* jdirs taken since the session was opened */
+	unsigned jdirs_known;          /* bit I: jdirs[I] taken since the session was opened */
 };
 extern HIDDEN struct shim_state shim;
 HIDDEN int shim_segment(struct jseg **g);

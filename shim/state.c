@@ -139,26 +139,30 @@ HIDDEN void shim_say(const char *what, const char *path, int err, const char *wh
 
 /* The inodes of the session's directories, for the off-limits test, taken
  * at its first need: a shell that opens the session only for its
- * children's exec records never asks. */
+ * children's exec records never asks. log/ and objects/ are opened at
+ * their own first need (journal.h), so each is taken once it is open. */
 static void note_journal_dirs(void)
 {
-	__atomic_store_n(&shim.jdirs_known, false, __ATOMIC_RELEASE);
+	__atomic_store_n(&shim.jdirs_known, 0, __ATOMIC_RELEASE);
 }
 
 HIDDEN bool shim_journal_dir(const struct stat *st)
 {
-	if (!__atomic_load_n(&shim.jdirs_known, __ATOMIC_ACQUIRE)) {
+	unsigned known = __atomic_load_n(&shim.jdirs_known, __ATOMIC_ACQUIRE);
+
+	if (known != 7) {
 		const int fds[3] = { shim.s.dirfd, shim.s.logfd, shim.s.objfd };
 		struct stat d;
 		for (int i = 0; i < 3; i++)
-			if (fstat(fds[i], &d) == 0) {
+			if (!(known & 1u << i) && fds[i] >= 0 && fstat(fds[i], &d) == 0) {
 				shim.jdirs[i].dev = d.st_dev;
 				shim.jdirs[i].ino = d.st_ino;
+				known |= 1u << i;
 			}
-		__atomic_store_n(&shim.jdirs_known, true, __ATOMIC_RELEASE);
+		__atomic_store_n(&shim.jdirs_known, known, __ATOMIC_RELEASE);
 	}
 	for (int i = 0; i < 3; i++)
-		if (st->st_dev == shim.jdirs[i].dev && st->st_ino == shim.jdirs[i].ino)
+		if ((known & 1u << i) && st->st_dev == shim.jdirs[i].dev && st->st_ino == shim.jdirs[i].ino)
 			return true;
 	return false;
 }

@@ -600,8 +600,9 @@ static void test_older_session_layout_still_works(void **state)
 	seq = jsession_next_seq(&s);
 	jsession_close(&s);
 	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
-	assert_int_equal(s.features, JI_NEW & ~JI_SHARED);
+	assert_int_equal(s.features, JI_NEW & ~(JI_SHARED | JI_LAZYDIRS));
 	assert_non_null(s.lanes);
+	assert_true(s.logfd >= 0 && s.objfd >= 0);      /* made with the session */
 	assert_int_equal(jsession_next_seq(&s), seq + 1);
 	snprintf(path, sizeof(path), "%s/reserve", sdir());
 	assert_int_equal(jsession_release_reserve(&s), 0);
@@ -686,6 +687,75 @@ static void test_new_session_and_its_segments_have_the_current_features(void **s
 	assert_int_equal(r.features, JI_NEW);
 	assert_int_equal(r.ndmg, 0);
 	jreader_close(&r);
+}
+
+static bool exists_in_session(const char *name)
+{
+	char path[400];
+
+	snprintf(path, sizeof(path), "%s/%s", sdir(), name);
+	return access(path, F_OK) == 0;
+}
+
+/* A new session has neither log/ nor objects/ (JI_LAZYDIRS): a reader
+ * finds no record in it, the first segment makes log/, the first object
+ * objects/; log/ removed after that is damage, which a writer refuses
+ * (EIO) and a reader reports, rather than a log/ begun anew. */
+static void test_log_and_objects_are_made_at_first_need(void **state)
+{
+	struct jsession s, s2;
+	struct jseg g, g2;
+	struct jreader r;
+	char *argv[] = { "unit", NULL };
+	char err[256], path[400];
+
+	(void)state;
+	bare_session(0);
+	assert_false(exists_in_session("log"));
+	assert_false(exists_in_session("objects"));
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.nrec, 0);
+	assert_int_equal(r.ndmg, 0);
+	jreader_close(&r);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(s.logfd, -1);
+	assert_int_equal(s.objfd, -1);
+	assert_int_equal(jseg_open(&g, &s, argv), 0);
+	assert_true(exists_in_session("log"));
+	assert_false(exists_in_session("objects"));
+	assert_true(jsession_objfd(&s) >= 0);
+	assert_true(exists_in_session("objects"));
+	assert_int_equal(jsession_objfd(&s), s.objfd);  /* kept */
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.nrec, 1);                    /* the segment's J_SEGMENT */
+	jreader_close(&r);
+
+	snprintf(path, sizeof(path), "rm -rf '%s/log'", sdir());
+	assert_int_equal(system(path), 0);
+	assert_int_equal(jsession_open(&s2, sdir(), NULL), 0);
+	assert_int_equal(jseg_open(&g2, &s2, argv), -EIO);
+	assert_false(exists_in_session("log"));
+	jsession_close(&s2);
+	assert_int_not_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "log/"));
+}
+
+/* A session made without JI_LAZYDIRS (an older writer's) has both from the
+ * start, and a writer opens them with the session. */
+static void test_session_without_lazy_dirs_has_them_at_once(void **state)
+{
+	struct jsession s;
+
+	(void)state;
+	bare_session(JI_LAZYDIRS);
+	assert_true(exists_in_session("log"));
+	assert_true(exists_in_session("objects"));
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(s.features, JI_NEW & ~JI_LAZYDIRS);
+	assert_true(s.logfd >= 0 && s.objfd >= 0);
+	jsession_close(&s);
 }
 
 /* An old session (no features) opened by a new writer: its segments say
@@ -1299,6 +1369,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_shared_segment_of_a_dead_writer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reserve_is_given_back_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_older_session_layout_still_works, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_log_and_objects_are_made_at_first_need, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_session_without_lazy_dirs_has_them_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_discard_takes_back_only_an_unused_session, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_takes_one_root, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_not_in_an_older_session, setup, teardown),
