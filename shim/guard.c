@@ -71,7 +71,6 @@ static void load_and_publish(void)
 
 	if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
 		fail_closed(err);
-	shim_session();         /* the root's, opened after the policy (state.c) */
 	policy_blob(pol, &blob, &n);
 	/* in the session's shared file: no file of its own to create */
 	if (jshared_policy_put(&shim.s, (uint32_t)getpid(), blob, n) == 0) {
@@ -281,15 +280,42 @@ HIDDEN void guard_ready(void)
 	ready();
 }
 
+/* The root of `ftsbx run`, which compiled the policy in the root's
+ * environment while the root's program loaded and left it in the session's
+ * slot for the root's pid (tools/run.c): mapped and checked here, as every
+ * later process maps it. False when the slot is not the root's after all. */
+static bool take_given(void)
+{
+	const struct jpolicy_slot *slot;
+	uint64_t pid = (uint64_t)getpid();
+	char path[PATH_MAX + 8], tmp[32];
+
+	if (!shim.policy_given || !shim.s.ctr)
+		return false;
+	slot = (const struct jpolicy_slot *)(const void *)((const char *)shim.s.ctr + JL_POLICY_SLOT);
+	if (__atomic_load_n(&slot->owner, __ATOMIC_ACQUIRE) != (JL_POLICY_CLAIMED | pid) ||
+	    !__atomic_load_n(&slot->len, __ATOMIC_ACQUIRE))
+		return false;
+	snprintf(path, sizeof(path), "%s/shared", shim.journal);
+	map_slot(path, pid);
+	check_now();            /* the block checked, and taken up */
+	snprintf(tmp, sizeof(tmp), "%d+", (int)pid);
+	shim_setenv("FTSBX_ROOT", tmp);
+	return true;
+}
+
 STARTUP_TEXT HIDDEN void guard_init(bool first)
 {
 	if (!first) {
 		map_published();        /* checked at the first question */
 		return;
 	}
-	load_and_publish();
-	took();
-	__atomic_store_n(&pol_state, POL_READY, __ATOMIC_RELEASE);
+	shim_session();         /* the root's (made by ftsbx run meanwhile, or here) */
+	if (!take_given()) {
+		load_and_publish();
+		took();
+		__atomic_store_n(&pol_state, POL_READY, __ATOMIC_RELEASE);
+	}
 	/* The root confines the whole session in the kernel too: static
 	 * binaries and raw system calls cannot write outside the writable
 	 * roots either. Every process below inherits the domain. */

@@ -146,6 +146,7 @@ struct shim_state {
 	uint32_t txn;                  /* 0 in the root: its own txn is taken lazily */
 	bool root;                     /* the session's first process (FTSBX_ROOT) */
 	bool created;                  /* this process created the session */
+	bool policy_given;             /* ftsbx run compiled the policy for this root (state.c) */
 	bool txn_fresh;                /* a tool call's child: J_TXN_BEGIN not written yet */
 	char **argv;                   /* this process's argv, from the constructor */
 	struct jsession s;

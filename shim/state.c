@@ -231,8 +231,11 @@ static void open_root_session(void)
 	int err;
 
 	if (ready_fd >= 0) {
-		while (read(ready_fd, &c, 1) < 0 && errno == EINTR)
+		ssize_t n;
+		while ((n = read(ready_fd, &c, 1)) < 0 && errno == EINTR)
 			;
+		/* 'P': the policy is in the session for this root (tools/run.c) */
+		shim.policy_given = n == 1 && c == 'P';
 		close(ready_fd);
 		ready_fd = -1;
 	}
@@ -495,7 +498,8 @@ STARTUP_TEXT static void start_session(void)
 	shim_setenv("FTSBX_TXN", "0");
 	if (ready_fd < 0)
 		open_root_session();
-	/* else: shim_session() opens it, once the policy is compiled */
+	/* else: guard_init opens it, once ftsbx run has made it and, mostly,
+	 * compiled the policy into it */
 }
 
 /* glibc passes argc, argv and envp to the constructors of shared objects. */

@@ -106,3 +106,32 @@ def test_io_uring_is_refused_even_by_a_raw_system_call(scratch_policy, tmp_path)
         pytest.skip(f"this kernel refuses io_uring itself ({plain.stdout.strip()})")
     r = run(ws, pol, tmp_path, str(prog))
     assert r.stdout.split() == ["-38"], r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_a_root_started_by_ftsbx_run_confines_with_the_policy_ftsbx_compiled(scratch_policy, tmp_path):
+    """ftsbx run compiles the policy while the root's program loads and
+    leaves it in the session for the root (FTSBX_ROOT=PID+, no policy-PID
+    file): the root maps it and still confines the session in the kernel,
+    with that policy's writable roots, seccomp's refusal of io_uring
+    included."""
+    ws, outside, pol, raw = scratch_policy
+    prog = tmp_path / "uring"
+    subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(prog)], input=URING.encode(), check=True)
+    env = dict(os.environ, HOME=str(tmp_path))
+    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_POLICY"):
+        env.pop(k, None)
+    j = tmp_path / "j"
+    r = subprocess.run([os.path.join(BUILD, "ftsbx"), "run", "--policy", str(pol), "--journal", str(j), "--",
+                        "bash", "-c", f"echo $FTSBX_ROOT; {raw} {outside}/raw-file; {raw} {ws}/inside-file; "
+                        f"{prog}"], cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    out = r.stdout.split()
+    assert out[0].endswith("+"), r.stdout + r.stderr
+    assert out[1] == "-13", r.stdout + r.stderr        # -EACCES from the kernel
+    assert int(out[2]) >= 0, r.stdout + r.stderr
+    plain = subprocess.run([str(prog)], capture_output=True, text=True, check=True)
+    if int(plain.stdout) >= 0:
+        assert out[3] == "-38", r.stdout + r.stderr
+    assert not (outside / "raw-file").exists()
+    assert (ws / "inside-file").exists()
+    assert not [p for p in os.listdir(j) if p.startswith("policy-")]

@@ -138,3 +138,42 @@ def test_run_of_a_missing_program_leaves_no_session(tmp_path):
     assert r.returncode == 127
     assert "cannot run" in r.stderr
     assert not (tmp_path / "j").exists() and not (tmp_path / "j.heads").exists()
+
+
+def test_run_compiles_the_policy_in_the_environment_of_its_root(tmp_path):
+    """ftsbx compiles the policy for the root in the environment the root
+    gets (FTSBX_JOURNAL is ftsbx's to set): a policy that names it finds the
+    same value the root would (ftsbx's own environment has none: the default
+    would leave the directory below writable). The root's own writes and
+    its children's follow that policy."""
+    ws = make_ws(tmp_path)
+    extra = tmp_path / "j-extra"
+    extra.mkdir()
+    pol = tmp_path / "p.ini"
+    pol.write_text("[policy]\nbase = default\n[paths]\nprotected = ${FTSBX_JOURNAL:-/nonexistent}-extra\n")
+    r = run(tmp_path, "--policy", str(pol), "--", "bash", "-c",
+            f"echo x > {extra}/no; echo y > a.txt; echo $FTSBX_ROOT")
+    assert not (extra / "no").exists(), r.stderr
+    assert "j-extra/no" in r.stderr and "refused" in r.stderr, r.stderr
+    assert (ws / "a.txt").read_text() == "y\n"
+    assert r.stdout.strip().endswith("+"), r.stdout
+
+
+@pytest.mark.parametrize("where", ["file", "env"])
+def test_run_with_a_malformed_policy_stops_the_command_at_start(tmp_path, where):
+    """A policy ftsbx cannot compile is left to the root, which stops with
+    FILE:LINE and what is wrong, before the command runs anything."""
+    ws = make_ws(tmp_path)
+    pol = tmp_path / "bad.ini"
+    pol.write_text("[policy]\nmode = enforce\n[nonsense]\nkey = 1\n")
+    if where == "file":
+        r = run(tmp_path, "--policy", str(pol), "--", "bash", "-c", "echo ran > ran.txt")
+    else:
+        env = dict(os.environ, HOME=str(tmp_path), FTSBX_POLICY=str(pol))
+        for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL"):
+            env.pop(k, None)
+        r = subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), "--", "bash", "-c",
+                            "echo ran > ran.txt"], cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"{pol}:3:" in r.stderr, r.stderr
+    assert not (ws / "ran.txt").exists()

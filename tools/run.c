@@ -16,13 +16,18 @@
  *
  * The fixed cost is two program starts: ftsbx's and CMD's. What ftsbx does
  * besides, it does while CMD's program is looked up and loads: it creates
- * the session (the root, meanwhile compiling the policy, waits for it on a
- * pipe only to publish the policy there) and opens DIR.heads; a command
- * that cannot start has both taken back.
+ * the session and compiles the policy into it, in the environment the root
+ * gets, and then lets the root go on (a pipe: 'P' says the policy is there
+ * for it; the root maps it, as every later process does, and confines the
+ * session). A policy ftsbx could not compile or leave there the root
+ * compiles itself, and reports what is wrong. DIR.heads is opened after;
+ * a command that cannot start has the session and DIR.heads taken back.
+ * ftsbx is a static program (GNUmakefile): no dynamic loading at its start.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "../journal/journal.h"
+#include "../policy/policy.h"
 #include "run.h"
 
 extern char **environ;
@@ -103,16 +109,54 @@ static void count(const struct jreader *r, struct tally *t)
 	}
 }
 
+/* Compile the policy as the root would: in the environment it gets
+ * (prepare_env on a copy of ours, which stays as it was). */
+static struct policy *compile_as_root(const char *lib, const char *journal, const char *policy, bool calls)
+{
+	char **ours = environ, **copy, err[1024];
+	struct policy *pol = NULL;
+	size_t n = 0;
+
+	while (ours[n])
+		n++;
+	copy = malloc((n + 1) * sizeof(*copy));
+	if (!copy)
+		return NULL;
+	memcpy(copy, ours, (n + 1) * sizeof(*copy));
+	environ = copy;
+	if (!prepare_env(lib, journal, policy, calls)) {
+		const char *file = getenv("FTSBX_POLICY");
+		if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
+			pol = NULL;     /* the root says what is wrong */
+	}
+	environ = ours;         /* (setenv may have left COPY for an array of its own) */
+	return pol;
+}
+
 /* Create the session while the command starts, so that its root finds it
- * there: ftsbx records the command line. A failure is the root's to report
- * (it creates the session itself, or cannot). */
-static void prepare_session(const char *journal, char *const *cmd)
+ * there (ftsbx records the command line), and leave the policy compiled in
+ * it for ROOT. True when the policy is there. A failure is the root's to
+ * report: it creates the session, or compiles the policy, itself. */
+static bool prepare_session(const char *journal, char *const *cmd, const char *lib, const char *policy,
+			    bool calls, pid_t root)
 {
 	struct jsession_info info = { .argv = cmd };
 	struct jsession s;
+	struct policy *pol;
+	bool put = false;
 
-	if (jsession_open(&s, journal, &info) == 0)
-		jsession_close(&s);
+	if (jsession_open(&s, journal, &info))
+		return false;
+	pol = compile_as_root(lib, journal, policy, calls);
+	if (pol) {
+		const void *blob;
+		size_t n;
+		policy_blob(pol, &blob, &n);
+		put = jshared_policy_put(&s, (uint32_t)root, blob, n) == 0;
+		policy_free(pol);
+	}
+	jsession_close(&s);
+	return put;
 }
 
 /* DIR.heads, opened (created) while the command runs. */
@@ -256,8 +300,8 @@ int cmd_run(int argc, char **argv)
 		return 1;
 	}
 	/* The session is created here while the command's program loads: its
-	 * root waits on READY's read end (shim/state.c), which ftsbx closes
-	 * once the session is there. EXEC tells whether the program started
+	 * root waits on READY's read end (shim/state.c) for a 'P' (the policy
+	 * is there too) or its end, once the session is there. EXEC tells whether the program started
 	 * at all (nothing comes through it but a failure's errno): a command
 	 * that cannot run leaves no session behind. */
 	if (pipe2(ready, O_CLOEXEC) < 0)
@@ -295,7 +339,15 @@ int cmd_run(int argc, char **argv)
 	/* the session is made while the child looks the program up and loads
 	 * it; one the run made is taken back if the program could not start */
 	fresh = access(journal, F_OK) < 0 && errno == ENOENT;
-	prepare_session(journal, argv + i + 1);
+	if (prepare_session(journal, argv + i + 1, lib, policy, calls, pid) && ready[1] >= 0) {
+		/* should this fail, the root compiles the policy itself; a
+		 * command that could not start has closed the other end */
+		struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+		sigaction(SIGPIPE, &ign, &old);
+		ssize_t w = write(ready[1], "P", 1);
+		sigaction(SIGPIPE, &old, NULL);
+		(void)w;
+	}
 	if (ready[1] >= 0)
 		close(ready[1]);        /* the root goes on */
 	heads = open_heads(journal);
