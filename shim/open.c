@@ -321,3 +321,34 @@ EXPORT long syscall(long n, ...)
 	shim_unlock();
 	return r;
 }
+
+/* glob and glob64 list directories through glibc's own opendir, which no
+ * hook sees: unless the caller brings functions of its own
+ * (GLOB_ALTDIRFUNC, as make does), they get the hooked opendir, so that a
+ * pattern under a hidden directory is judged as ls's listing of it, at
+ * every directory it reads. */
+static void *glob_opendir(const char *p) { return opendir(p); }
+static void glob_closedir(void *d) { closedir(d); }
+static struct dirent *glob_readdir(void *d) { return readdir(d); }
+static struct dirent64 *glob_readdir64(void *d) { return readdir64(d); }
+static int glob_stat(const char *p, struct stat *st) { return stat(p, st); }
+static int glob_lstat(const char *p, struct stat *st) { return lstat(p, st); }
+static int glob_stat64(const char *p, struct stat64 *st) { return stat64(p, st); }
+static int glob_lstat64(const char *p, struct stat64 *st) { return lstat64(p, st); }
+
+#define GLOB_HOOK(name, type, sfx)                                                         \
+	EXPORT int name(const char *p, int fl, int (*e)(const char *, int), type *g)        \
+	{                                                                                 \
+		shim_ensure();                                                            \
+		if (shim_ready && !shim_busy && g && !(fl & GLOB_ALTDIRFUNC)) {           \
+			g->gl_opendir = glob_opendir;                                     \
+			g->gl_readdir = glob_readdir##sfx;                                \
+			g->gl_closedir = glob_closedir;                                   \
+			g->gl_lstat = glob_lstat##sfx;                                    \
+			g->gl_stat = glob_stat##sfx;                                      \
+			fl |= GLOB_ALTDIRFUNC;                                            \
+		}                                                                         \
+		return REAL(name)(p, fl, e, g);                                           \
+	}
+GLOB_HOOK(glob, glob_t, )
+GLOB_HOOK(glob64, glob64_t, 64)

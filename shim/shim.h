@@ -15,6 +15,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <glob.h>
 #include <limits.h>
 #include <pty.h>
 #include <spawn.h>

@@ -78,6 +78,7 @@ FILES_HOME = {
     ".bashrc": "# bashrc\n",
     ".profile": "# profile\n",
     ".ssh/id_rsa": SECRET,
+    ".ssh/SECRET-7f3a.pub": SECRET,             # a name a listing would show
     ".ssh/id_ed25519": SECRET,
     ".aws/credentials": SECRET,
     ".config/gcloud/credentials.db": SECRET,
