@@ -135,3 +135,56 @@ def test_a_root_started_by_ftsbx_run_confines_with_the_policy_ftsbx_compiled(scr
     assert not (outside / "raw-file").exists()
     assert (ws / "inside-file").exists()
     assert not [p for p in os.listdir(j) if p.startswith("policy-")]
+
+
+NO_URING_LAUNCHER = r"""
+#include <errno.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+/* A container's seccomp profile: io_uring_setup refused with EPERM; then ARGV. */
+int main(int argc, char **argv)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = 4, .filter = f };
+	(void)argc;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0))
+		return 125;
+	execvp(argv[1], argv + 1);
+	return 127;
+}
+"""
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_no_seccomp_filter_of_its_own_where_io_uring_is_refused_already(scratch_policy, tmp_path):
+    """Where io_uring is out of reach already (here a container-like profile
+    refusing it with EPERM), the session adds no seccomp filter, whose cost
+    every system call would pay; where it is there, the session adds one."""
+    ws, _, pol, _ = scratch_policy
+    prog = tmp_path / "uring"
+    launcher = tmp_path / "no-uring"
+    subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(prog)], input=URING.encode(), check=True)
+    # static: the shim does not load into it, the session starts at its exec of bash
+    subprocess.run(["gcc", "-O2", "-static", "-x", "c", "-", "-o", str(launcher)],
+                   input=NO_URING_LAUNCHER.encode(), check=True)
+    script = f"grep Seccomp_filters /proc/self/status; {prog}"
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), FTSBX_POLICY=str(pol),
+               HOME=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
+        env.pop(k, None)
+    r = subprocess.run([str(launcher), "bash", "-c", script], cwd=ws, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.split() == ["Seccomp_filters:", "1", "-1"], r.stdout + r.stderr   # -EPERM: the profile's
+    plain = subprocess.run([str(prog)], capture_output=True, text=True, check=True)
+    if int(plain.stdout) >= 0:
+        r = run(ws, pol, tmp_path, script)
+        assert r.stdout.split() == ["Seccomp_filters:", "1", "-38"], r.stdout + r.stderr
