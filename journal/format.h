@@ -59,7 +59,8 @@
  *                        A JI_LAZYDIRS session is created without log/ and
  *                        objects/: the first process that writes a record
  *                        (an object) makes it, so that a session nothing
- *                        changed in costs two inodes fewer. A session without
+ *                        changed in costs two inodes fewer; the reserve is
+ *                        allocated by the process that makes log/. A session without
  *                        log/ has no records, unless its counters' page says
  *                        log/ was made: then it is damage, and a writer
  *                        refuses (EIO) rather than start a log/ anew.

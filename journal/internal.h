@@ -22,10 +22,11 @@ int  jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[
 			uint32_t *features);
 uint32_t jseed(const uint8_t salt[J_SALT_LEN]);
 int  jwrite_all(int fd, const void *p, size_t n);
-int  jlocks_create(int dfd, bool shared);
+int  jlocks_create(int dfd, bool shared, bool reserve);
 int  jlocks_map(struct jsession *s);
 size_t jlocks_size(void);
 int  jshared_release_reserve(struct jsession *s);
+int  jshared_make_reserve(struct jsession *s);
 int  jfd_high(int fd);
 
 #endif

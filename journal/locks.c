@@ -58,8 +58,9 @@ static int make_reserve(int fd, off_t at)
  * fails the creation with ENOSPC instead of a SIGBUS at a later lock. An
  * all-zero mutex is neither robust nor process-shared, so each one is an
  * initialised copy; a page of them at a time. SHARED: SESSION/shared, with
- * the counters first and the reserve last; else SESSION/locks. */
-int jlocks_create(int dfd, bool shared)
+ * the counters first and the reserve last (RESERVE: made now; else by the
+ * writer that makes log/, jshared_make_reserve); else SESSION/locks. */
+int jlocks_create(int dfd, bool shared, bool reserve)
 {
 	enum { PER = 4096 / sizeof(pthread_mutex_t) };
 	pthread_mutexattr_t a;
@@ -94,8 +95,25 @@ int jlocks_create(int dfd, bool shared)
 		err = jwrite_all(fd, m, k);
 		off += k;
 	}
-	if (!err && shared)
+	if (!err && shared && reserve)
 		err = make_reserve(fd, (off_t)JL_SHARED_MAP);
+	else if (!err && shared && ftruncate(fd, (off_t)JL_RESERVE_AT) < 0)
+		err = -errno;   /* the policy's place: a hole */
+	close(fd);
+	return err;
+}
+
+/* The reserve of a JI_LAZYDIRS session, made with its log/: a session
+ * nothing was written in has nothing to rewind either. */
+int jshared_make_reserve(struct jsession *s)
+{
+	int fd = openat(s->dirfd, "shared", O_WRONLY | O_CLOEXEC), err;
+
+	if (fd < 0)
+		return -errno;
+	err = make_reserve(fd, (off_t)JL_SHARED_MAP);
+	if (!err && (s->flags & JS_DURABLE) && fsync(fd) < 0)
+		err = -errno;
 	close(fd);
 	return err;
 }

@@ -223,14 +223,14 @@ static int create_session(const char *dir, const struct jsession_info *info, str
 		goto out;
 	}
 	if (features & JI_SHARED) {
-		err = jlocks_create(dfd, true);
+		err = jlocks_create(dfd, true, !(features & JI_LAZYDIRS));
 	} else {                /* the older layout: three files */
 		static const uint8_t zero[J_SEQ_FILE_SIZE];
 		err = write_file_at(dfd, "seq", zero, sizeof(zero));
 		if (!err)
 			err = write_file_at(dfd, "reserve", NULL, 0);
 		if (!err)
-			err = jlocks_create(dfd, false);
+			err = jlocks_create(dfd, false, false);
 	}
 	if (err)
 		goto out;
@@ -394,8 +394,13 @@ static int subdir_fd(struct jsession *s, int *slot, const char *name, uint32_t m
 		uint32_t *made = (uint32_t *)(void *)((char *)s->ctr + JL_DIRS_MADE);
 		if (__atomic_load_n(made, __ATOMIC_ACQUIRE) & made_bit)
 			return -EIO;
-		if (mkdirat(s->dirfd, name, 0700) < 0 && errno != EEXIST)
+		if (mkdirat(s->dirfd, name, 0700) == 0) {
+			/* the first writer: the reserve comes with log/ */
+			if (made_bit == JL_MADE_LOG)
+				jshared_make_reserve(s);
+		} else if (errno != EEXIST) {
 			return -errno;
+		}
 		if ((s->flags & JS_DURABLE) && fsync(s->dirfd) < 0)
 			return -errno;
 		__atomic_or_fetch(made, made_bit, __ATOMIC_SEQ_CST);

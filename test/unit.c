@@ -487,10 +487,13 @@ static void test_session_without_shared_segments(void **state)
 }
 
 /* The reserve (room for rewind marks on a full disk) is given back once:
- * SESSION/shared is cut after the policy's place; the counters go on. */
+ * SESSION/shared is cut after the policy's place; the counters go on. The
+ * reserve is made with log/, by the first writer (JI_LAZYDIRS): a session
+ * nothing was written in has none to give. */
 static void test_reserve_is_given_back_once(void **state)
 {
 	struct jsession s;
+	struct jseg g;
 	struct stat st;
 	char path[400];
 	uint64_t seq;
@@ -499,9 +502,15 @@ static void test_reserve_is_given_back_once(void **state)
 	bare_session(0);
 	snprintf(path, sizeof(path), "%s/shared", sdir());
 	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, (off_t)(jshared_size() + JL_POLICY_MAX));
+	assert_int_equal(jsession_release_reserve(&s), -ENOENT);
+	assert_int_equal(jseg_open(&g, &s, NULL), 0);
+	jseg_close(&g);
 	seq = jsession_next_seq(&s);
 	assert_int_equal(stat(path, &st), 0);
 	assert_true(st.st_size > (off_t)(jshared_size() + JL_POLICY_MAX));
+	assert_true(st.st_blocks * 512 >= (off_t)J_RESERVE_SIZE);
 	assert_int_equal(jsession_release_reserve(&s), 0);
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_size, (off_t)(jshared_size() + JL_POLICY_MAX));
@@ -548,6 +557,7 @@ static void test_discard_takes_back_only_an_unused_session(void **state)
  * ENOTSUP; the reserve given back leaves the block whole. */
 static void test_policy_slot_takes_one_root(void **state)
 {
+	struct jseg g;
 	struct jsession s;
 	struct jpolicy_slot slot;
 	char path[400], blob[3000], back[3000];
@@ -561,6 +571,8 @@ static void test_policy_slot_takes_one_root(void **state)
 	assert_int_equal(jshared_policy_put(&s, 4242, blob, JL_POLICY_MAX + 1), -EFBIG);
 	assert_int_equal(jshared_policy_put(&s, 4242, blob, sizeof(blob)), 0);
 	assert_int_equal(jshared_policy_put(&s, 4343, blob, 10), -EBUSY);
+	assert_int_equal(jseg_open(&g, &s, NULL), 0);   /* the reserve comes with log/ */
+	jseg_close(&g);
 	assert_int_equal(jsession_release_reserve(&s), 0);
 	jsession_close(&s);
 	snprintf(path, sizeof(path), "%s/shared", sdir());
