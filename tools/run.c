@@ -129,7 +129,10 @@ static struct policy *compile_as_root(const char *lib, const char *journal, cons
 		if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
 			pol = NULL;     /* the root says what is wrong */
 	}
-	environ = ours;         /* (setenv may have left COPY for an array of its own) */
+	/* setenv moves to an array of its own (glibc's, which it keeps):
+	 * COPY is no longer anybody's */
+	environ = ours;
+	free(copy);
 	return pol;
 }
 
