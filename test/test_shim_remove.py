@@ -100,6 +100,26 @@ os.unlink("deep/er/est/leaf.txt", dir_fd=d)
 """), check)
 
 
+def test_unlinkat_after_a_rename_above_several_open_directories(shim):
+    """Descriptors of a directory, of one inside it and of one above it are
+    open when the middle one is renamed: the descriptors at and below it
+    are forgotten (their next use reads the kernel's name), the one above
+    is kept, and each file is recorded under its name of the moment."""
+    def check(_):
+        assert not shim.exists("src/deep") and not shim.exists("moved/er/est/leaf.txt")
+        assert not shim.exists("src/main.c") and shim.exists("moved/er")
+    shim.roundtrip(py("""
+import os
+top = os.open("src", os.O_RDONLY | os.O_DIRECTORY)
+deep = os.open("src/deep", os.O_RDONLY | os.O_DIRECTORY)
+est = os.open("src/deep/er/est", os.O_RDONLY | os.O_DIRECTORY)
+os.rename("src/deep", "moved")
+os.unlink("leaf.txt", dir_fd=est)
+os.rmdir("est", dir_fd=os.open("er", os.O_RDONLY | os.O_DIRECTORY, dir_fd=deep))
+os.unlink("main.c", dir_fd=top)
+"""), check)
+
+
 def test_unlinkat_through_a_symlinked_directory(shim):
     """A descriptor opened through a symlink to a directory, and a relative
     path through it: the record names the real directory."""
