@@ -357,15 +357,8 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	uint8_t hdr[J_FILE_HDR], buf[4096];
 	char name[64];
 	struct jbuild b;
-	int fd, err, picked, logfd;
+	int fd, err, logfd;
 
-	/* libsodium hashes with its portable BLAKE2b until sodium_init() picks
-	 * the vectorised one: about a third of an unlink's own instructions.
-	 * Done by the processes that write, not at every exec (two getrandom
-	 * calls, no allocation); idempotent and thread-safe. Should it fail,
-	 * the portable one stays, which hashes the same. */
-	picked = sodium_init();
-	(void)picked;
 	memset(g, 0, sizeof(*g));
 	g->s = s;
 	g->fd = -1;
@@ -511,6 +504,31 @@ static void set_end(struct jseg *g, uint64_t end)
 		__atomic_store_n(&g->s->lanes[g->lane].end, end, __ATOMIC_RELEASE);
 }
 
+/*
+ * libsodium hashes with its portable BLAKE2b until sodium_init() picks the
+ * vectorised one: about a third of an unlink's own instructions in a
+ * process that writes many records. But sodium_init() costs about 8 cpuid
+ * instructions (a hypervisor exit each under a VM: 37 us here) and two
+ * getrandom calls, more than most writers hash in all: the shell of a tool
+ * call that writes its children's exec records, or the child that writes
+ * its own, writes two or three. So it runs once a process has written
+ * HASH_AFTER records. The portable BLAKE2b hashes the same bytes the same.
+ * Not in a vfork child (its pid is not the segment's): libsodium's state
+ * is its parent's memory, and its random source could open a descriptor
+ * in the child's table that the parent would then believe it has.
+ * Idempotent and thread-safe; should it fail, the portable one stays.
+ */
+#define HASH_AFTER 16
+static bool hash_picked;
+
+static void pick_hash(const struct jseg *g)
+{
+	if (__atomic_load_n(&hash_picked, __ATOMIC_RELAXED) || g->pid != getpid())
+		return;
+	if (sodium_init() >= 0)
+		__atomic_store_n(&hash_picked, true, __ATOMIC_RELAXED);
+}
+
 /* Called with g->lock held. SAVED gets the chain link before the record. */
 static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq, uint8_t saved[J_LINK_LEN])
 {
@@ -518,6 +536,8 @@ static int append_locked(struct jseg *g, struct jbuild *b, uint64_t seq, uint8_t
 
 	if (g->fd < 0)
 		return -EBADF;
+	if (__builtin_expect(g->nrec >= HASH_AFTER, 0) && !__atomic_load_n(&hash_picked, __ATOMIC_RELAXED))
+		pick_hash(g);
 	memcpy(saved, g->link, J_LINK_LEN);
 	err = jframe(g->s, g->link, b, seq, jnow_ns());
 	if (!err)
