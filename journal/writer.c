@@ -304,12 +304,12 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
  * of /proc/self/ns/pid; 0 without /proc), so that a process in another
  * namespace, where the same number is another process or none, never takes
  * a lane from a live writer it cannot see. */
-static uint64_t owner_id(void)
+static uint64_t owner_id(pid_t pid)
 {
 	struct stat st;
 	uint64_t ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
 
-	return ns << 32 | (uint32_t)getpid();
+	return ns << 32 | (uint32_t)pid;
 }
 
 /* The lane's owner O holds it no more: gone from this namespace, or this
@@ -323,29 +323,62 @@ static bool owner_gone(uint64_t o, uint64_t me)
 	return o == me || (kill(pid, 0) < 0 && errno == ESRCH);
 }
 
-/* Take a free lane (or one whose owner is gone) and open it: its index, or
- * -1 when none could be had. */
+/* Take lane K, which had owner O (0: free), as ME and open it: 0, 1 when
+ * it is not to be had (taken meanwhile, or broken now), or -1 when no lane
+ * is (no room for a new file). */
+static int lane_try(struct jseg *g, struct jsession *s, int k, uint64_t o, uint64_t me)
+{
+	struct jlane *l = &s->lanes[k];
+
+	if (!__atomic_compare_exchange_n(&l->owner, &o, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return 1;
+	int err = lane_open(g, s, k);
+	if (!err) {
+		g->owner = me;
+		return 0;
+	}
+	if (err == -EAGAIN) {   /* no room for a new file: the lane stays as it was */
+		__atomic_store_n(&l->owner, 0, __ATOMIC_RELEASE);
+		return -1;
+	}
+	lane_break(l);
+	return 1;
+}
+
+/*
+ * Take a free lane (or one whose owner is gone) and open it: its index, or
+ * -1 when none could be had. A lane given back is taken first, with no
+ * system call: telling whether a held lane's owner is gone costs a kill(2)
+ * each, and the lanes held all along (the agent's own, its engine's
+ * workers') come first in the table, so that every program start of a tool
+ * call asked about them again. Only when no lane is free are the held ones
+ * looked at (a dead owner's taken over) and a new one made.
+ */
 static int lane_take(struct jseg *g, struct jsession *s)
 {
-	uint64_t me = owner_id();
+	uint64_t me = owner_id(g->pid);
 
+	for (int k = 0; k < JL_LANES; k++) {
+		struct jlane *l = &s->lanes[k];
+		uint32_t state = __atomic_load_n(&l->state, __ATOMIC_ACQUIRE);
+
+		if (state == JL_NONE)
+			break;          /* lanes are made in order: none is open after it */
+		if (state != JL_OPEN || __atomic_load_n(&l->owner, __ATOMIC_ACQUIRE))
+			continue;
+		int r = lane_try(g, s, k, 0, me);
+		if (r <= 0)
+			return r ? -1 : k;
+	}
 	for (int k = 0; k < JL_LANES; k++) {
 		struct jlane *l = &s->lanes[k];
 		uint64_t o = __atomic_load_n(&l->owner, __ATOMIC_ACQUIRE);
 
-		if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_BROKEN || (o && !owner_gone(o, me)) ||
-		    !__atomic_compare_exchange_n(&l->owner, &o, me, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		if (__atomic_load_n(&l->state, __ATOMIC_ACQUIRE) == JL_BROKEN || (o && !owner_gone(o, me)))
 			continue;
-		int err = lane_open(g, s, k);
-		if (!err) {
-			g->owner = me;
-			return k;
-		}
-		if (err == -EAGAIN) {   /* no room for a new file: the lane stays as it was */
-			__atomic_store_n(&l->owner, 0, __ATOMIC_RELEASE);
-			return -1;
-		}
-		lane_break(l);
+		int r = lane_try(g, s, k, o, me);
+		if (r <= 0)
+			return r ? -1 : k;
 	}
 	return -1;
 }
