@@ -494,6 +494,27 @@ HIDDEN void txn_spawned(pid_t pid, uint32_t key)
 		child_put(pid, key);
 }
 
+/*
+ * A process that is not a starter forks (a tool call's shell running
+ * `ls && head`, a pipeline, make): each child that execs records its start,
+ * and opened the session for that itself (about 17 system calls, and in a
+ * fork child every page of code and stack it touches costs a fault). The
+ * session is opened here instead, once, and every child inherits it; the
+ * shell would open it anyway for its own last command, which it execs in
+ * place. So is the cached cwd the records name (a getcwd each). A child
+ * that never execs nor writes leaves both unused.
+ */
+static void session_for_children(void)
+{
+	int e = errno;
+
+	shim_busy = true;
+	if (shim_session())
+		cwd_get();
+	shim_busy = false;
+	errno = e;
+}
+
 EXPORT pid_t fork(void)
 {
 	uint32_t t = 0;
@@ -516,6 +537,8 @@ EXPORT pid_t fork(void)
 	}
 	shim_atfork();          /* before glibc takes its atfork lock (state.c) */
 	if (!shim_ready || shim_busy || !starter() || !shim.session_open) {
+		if (shim_ready && !shim_busy && !shim.session_open)
+			session_for_children();
 		pid = REAL(fork)();
 		if (pid == 0)
 			fork_key = 0;   /* a child of a fork child decides nothing */

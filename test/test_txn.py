@@ -272,6 +272,43 @@ def test_a_vfork_child_that_changes_directory_leaves_the_agents_paths_alone(tmp_
     assert_same(before, snapshot(os.fsencode(ws)))
 
 
+def test_the_children_a_tool_calls_shell_forks_record_their_programs_where_they_ran(tmp_path):
+    """A tool call's shell opens the session before its first fork and its
+    children inherit it (shim/txn.c, session_for_children), with its cached
+    cwd: a child that changes directory first (a subshell's cd) records its
+    own, and every program of a pipeline or a list is recorded once, in the
+    tool call's transaction."""
+    ws = setup_ws(tmp_path)
+    (ws / "sub").mkdir()
+    agent = tmp_path / "shell_agent.py"
+    agent.write_text(textwrap.dedent("""
+        import subprocess
+        for cmd in ["ls . | wc -l && (cd sub && pwd) && cat state.txt",
+                    "(cd sub && ls -a) | sort; head -1 state.txt"]:
+            subprocess.run(["bash", "-c", cmd], check=True, capture_output=True)
+    """))
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
+                                                       capture_output=True, text=True).stdout.splitlines()]
+    execs = [row for row in log if row["op"] == "exec"]
+    shells = [row for row in execs if row["argv"] and row["argv"][:2] == ["bash", "-c"]]
+    assert len(shells) == 2 and shells[0]["txn"] != shells[1]["txn"] and all(row["txn"] for row in shells)
+    progs = {}
+    for row in execs:
+        if row["argv"] and row["argv"][0] in ("ls", "wc", "pwd", "cat", "sort", "head"):
+            progs.setdefault(" ".join(row["argv"]), []).append(row)
+    # pwd is a bash builtin: not a program start
+    want = {"ls .": (0, str(ws)), "wc -l": (0, str(ws)), "cat state.txt": (0, str(ws)),
+            "ls -a": (1, str(ws / "sub")), "sort": (1, str(ws)), "head -1 state.txt": (1, str(ws))}
+    assert set(progs) == set(want), progs
+    for cmd, (k, cwd) in want.items():
+        assert len(progs[cmd]) == 1, (cmd, progs[cmd])
+        assert progs[cmd][0]["cwd"] == cwd, (cmd, progs[cmd][0])
+        assert progs[cmd][0]["txn"] == shells[k]["txn"], (cmd, progs[cmd][0], shells[k])
+
+
 # --- FTSBX_TXN_GROUP: a harness makes several tool calls one transaction --------
 
 def step(n):
