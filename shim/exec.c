@@ -200,33 +200,75 @@ static void record_exec(const char *path, char *const argv[])
 	record_exec_txn(path, argv, txn_vfork_child() ? getpid() : 0, shim_txn());
 }
 
-static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uint32_t txn)
+/* Build the J_EXEC record of PATH and ARGV into BUF (CAP bytes): false
+ * when it does not fit. */
+static bool build_exec(struct jbuild *b, uint8_t *buf, size_t cap, const char *path, char *const argv[],
+		       uint32_t pid, uint32_t ppid, uint32_t txn, const char *cwd)
+{
+	jb_init(b, buf, cap, J_EXEC, 0, txn);
+	jb_u32(b, F_PID, pid);
+	jb_u32(b, F_PPID, ppid);
+	jb_str(b, F_PATH, path);
+	jb_argv(b, F_ARGV, argv);
+	jb_str(b, F_CWD, cwd);
+	return !b->overflow;
+}
+
+/* A command line longer than record_exec_txn's buffer: in one of 16 KiB,
+ * else the program name alone. */
+__attribute__((noinline)) static void record_exec_long(struct jseg *g, const char *path, char *const argv[],
+							uint32_t pid, uint32_t ppid, uint32_t txn, const char *cwd)
 {
 	uint8_t buf[16384];
 	struct jbuild b;
-	struct jseg *g;
 
-	if (shim_segment(&g))
-		return;
-	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
-	jb_u32(&b, F_PID, (uint32_t)(pid ? pid : shim_pid()));
-	jb_u32(&b, F_PPID, (uint32_t)(pid ? shim_pid() : getppid()));
-	jb_str(&b, F_PATH, path);
-	jb_argv(&b, F_ARGV, argv);
-	if (txn_vfork_child()) {        /* it may have chdir'd; the cached cwd is its parent's */
-		char cwd[PATH_MAX];
-		jb_str(&b, F_CWD, getcwd(cwd, sizeof(cwd)));
-	} else {
-		jb_str(&b, F_CWD, cwd_get());
-	}
-	if (b.overflow) {       /* an enormous argv: keep the program name */
+	if (!build_exec(&b, buf, sizeof(buf), path, argv, pid, ppid, txn, cwd)) {
 		char *const a0[] = { argv && argv[0] ? argv[0] : (char *)path, NULL };
 		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
-		jb_u32(&b, F_PID, (uint32_t)(pid ? pid : shim_pid()));
+		jb_u32(&b, F_PID, pid);
 		jb_str(&b, F_PATH, path);
 		jb_argv(&b, F_ARGV, a0);
 	}
 	jseg_append(g, &b, NULL);
+}
+
+/* The J_EXEC record of PATH and ARGV, run in CWD. Most command lines fit
+ * in a buffer of 4 KiB: the journal's calls below it (the segment's open,
+ * the hash chain) then run on stack pages a fork child has touched
+ * already, where a buffer of 16 KiB put them on fresh ones (a page fault
+ * each). */
+static void record_exec_in(struct jseg *g, const char *cwd, const char *path, char *const argv[], pid_t pid,
+			   uint32_t txn)
+{
+	uint8_t buf[4096];
+	struct jbuild b;
+	uint32_t self = (uint32_t)(pid ? pid : shim_pid()), parent = (uint32_t)(pid ? shim_pid() : getppid());
+
+	if (build_exec(&b, buf, sizeof(buf), path, argv, self, parent, txn, cwd))
+		jseg_append(g, &b, NULL);
+	else
+		record_exec_long(g, path, argv, self, parent, txn, cwd);
+}
+
+/* A vfork child may have chdir'd: the cached cwd is its parent's. */
+__attribute__((noinline)) static void record_exec_vforked(struct jseg *g, const char *path, char *const argv[],
+							   pid_t pid, uint32_t txn)
+{
+	char cwd[PATH_MAX];
+
+	record_exec_in(g, getcwd(cwd, sizeof(cwd)), path, argv, pid, txn);
+}
+
+static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uint32_t txn)
+{
+	struct jseg *g;
+
+	if (shim_segment(&g))
+		return;
+	if (txn_vfork_child())
+		record_exec_vforked(g, path, argv, pid, txn);
+	else
+		record_exec_in(g, cwd_get(), path, argv, pid, txn);
 }
 
 /* Run FN with a sticky copy of ENVP: on the stack, or mmap'd when huge. */

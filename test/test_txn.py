@@ -309,6 +309,29 @@ def test_the_children_a_tool_calls_shell_forks_record_their_programs_where_they_
         assert progs[cmd][0]["txn"] == shells[k]["txn"], (cmd, progs[cmd][0], shells[k])
 
 
+def test_an_exec_record_keeps_a_long_command_line_whole_and_an_enormous_ones_program(tmp_path):
+    """A command line past the exec hook's first buffer (4 KiB) is recorded
+    whole from a second one (16 KiB); one past that keeps its program name,
+    as before (shim/exec.c, record_exec_in)."""
+    ws = setup_ws(tmp_path)
+    long_arg, huge_arg = "L" * 6000, "H" * 40000
+    agent = tmp_path / "argv_agent.py"
+    agent.write_text(textwrap.dedent(f"""
+        import subprocess
+        for arg in ["short", {long_arg!r}, {huge_arg!r}]:
+            subprocess.run(["bash", "-c", '/bin/true "$1" && /bin/true "$1"', "x", arg], check=True)
+    """))
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
+                                                       capture_output=True, text=True).stdout.splitlines()]
+    trues = [row["argv"] for row in log if row["op"] == "exec" and row["path"] == "/bin/true"]
+    # each tool call's shell forks the first /bin/true and execs the second itself
+    assert trues == [["/bin/true", "short"]] * 2 + [["/bin/true", long_arg]] * 2 + [["/bin/true"]] * 2, \
+        [a[:1] + [x[:10] for x in a[1:]] for a in trues]
+
+
 # --- FTSBX_TXN_GROUP: a harness makes several tool calls one transaction --------
 
 def step(n):
