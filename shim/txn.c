@@ -501,16 +501,20 @@ HIDDEN void txn_spawned(pid_t pid, uint32_t key)
  * fork child every page of code and stack it touches costs a fault). The
  * session is opened here instead, once, and every child inherits it; the
  * shell would open it anyway for its own last command, which it execs in
- * place. So is the cached cwd the records name (a getcwd each). A child
- * that never execs nor writes leaves both unused.
+ * place. So are log/, where the children's lanes are (opened at the first
+ * one's need: three system calls each), and the cached cwd the records
+ * name (a getcwd each). A child that never execs nor writes leaves them
+ * unused.
  */
 static void session_for_children(void)
 {
 	int e = errno;
 
 	shim_busy = true;
-	if (shim_session())
+	if (shim_session()) {
+		jsession_logfd(&shim.s);
 		cwd_get();
+	}
 	shim_busy = false;
 	errno = e;
 }
