@@ -13,17 +13,18 @@
 #include <unistd.h>
 #include "shim.h"
 
-#define HOOK(ret, name, params, args, fail, pre) HIDDEN ret(*real_##name) params;
-#include "hooks.def"
-#include "hooks-extra.def"
-#undef HOOK
-
 /* The variables every process writes at start go with the initialised
  * data (.data.*), whose pages the loader writes anyway (its relocations and
  * the zeroing of the last page), instead of starting pages of their own in
  * .bss: each page a process first writes costs it a fault (about 2 us
- * here). guard.c puts its mapped policy there too. */
+ * here). guard.c puts its mapped policy there too, and the real functions'
+ * pointers (about 1 KiB) are there: a process that calls a hook stores one. */
 #define HOT_DATA __attribute__((section(".data.ftsbx_hot")))
+
+#define HOOK(ret, name, params, args, fail, pre) HIDDEN ret(*real_##name) params HOT_DATA;
+#include "hooks.def"
+#include "hooks-extra.def"
+#undef HOOK
 /* And the code of the constructor's path goes with the constructor itself
  * (.text.startup, at the start of the text), into the pages the loader
  * reads anyway, instead of a page fault of its own. */
