@@ -177,3 +177,14 @@ def test_run_with_a_malformed_policy_stops_the_command_at_start(tmp_path, where)
     assert r.returncode != 0
     assert f"{pol}:3:" in r.stderr, r.stderr
     assert not (ws / "ran.txt").exists()
+
+
+def test_run_leaves_the_command_its_cpus(tmp_path):
+    """ftsbx keeps to one CPU while it makes the session (tools/run.c); the
+    command, and everything it starts, keeps the mask ftsbx was given."""
+    make_ws(tmp_path)
+    want = [line for line in open("/proc/self/status") if line.startswith("Cpus_allowed_list")]
+    r = run(tmp_path, "--", "bash", "-c", "grep Cpus_allowed_list /proc/self/status; "
+            "sh -c 'grep Cpus_allowed_list /proc/self/status'")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines(keepends=True) == want * 2, r.stdout
