@@ -325,9 +325,10 @@ int cmd_run(int argc, char **argv)
 	}
 	/* The session is created here while the command's program loads: its
 	 * root waits on READY's read end (shim/state.c) for a 'P' (the policy
-	 * is there too) or its end, once the session is there. EXEC tells whether the program started
-	 * at all (nothing comes through it but a failure's errno): a command
-	 * that cannot run leaves no session behind. */
+	 * is there too) or its end, once the session is there. EXEC tells
+	 * whether the program started at all (nothing comes through it but a
+	 * failure's errno): a command that cannot run leaves no session
+	 * behind. */
 	if (pipe2(ready, O_CLOEXEC) < 0)
 		ready[0] = ready[1] = -1;
 	if (pipe2(exec, O_CLOEXEC) < 0)
