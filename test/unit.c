@@ -86,6 +86,20 @@ static void open_session(struct jsession *s, struct jseg *g)
 	assert_int_equal(jseg_open(g, s, argv), 0);
 }
 
+/* A reader of the session finds no damage and NREC records (SIZE_MAX:
+ * any number). */
+static void assert_reads_clean(size_t nrec)
+{
+	struct jreader r;
+	char err[256];
+
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 0);
+	if (nrec != SIZE_MAX)
+		assert_int_equal(r.nrec, nrec);
+	jreader_close(&r);
+}
+
 static void test_crc32c_known_vector(void **state)
 {
 	(void)state;
@@ -200,20 +214,15 @@ static void test_record_too_large_is_refused_and_not_written(void **state)
 {
 	struct jsession s;
 	struct jseg g;
-	struct jreader r;
 	struct jbuild b;
 	uint8_t buf[128], big[512] = { 0 };
-	char err[256];
 
 	(void)state;
 	open_session(&s, &g);
 	jb_init(&b, buf, sizeof(buf), J_EXEC, 0, 1);
 	jb_bytes(&b, F_ARGV, big, sizeof(big));
 	assert_int_equal(jseg_append(&g, &b, NULL), -E2BIG);
-	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
-	assert_int_equal(r.ndmg, 0);
-	assert_int_equal(r.nrec, 1);    /* the segment record only */
-	jreader_close(&r);
+	assert_reads_clean(1);          /* the segment record only */
 	jseg_close(&g);
 	jsession_close(&s);
 }
@@ -463,9 +472,8 @@ static void test_session_without_shared_segments(void **state)
 	struct jsession s;
 	struct jseg g;
 	struct jbuild b;
-	struct jreader r;
 	uint8_t buf[512];
-	char err[256], path[400];
+	char path[400];
 
 	(void)state;
 	bare_session(JI_SHARED);
@@ -480,10 +488,7 @@ static void test_session_without_shared_segments(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 	jseg_close(&g);
 	jsession_close(&s);
-	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
-	assert_int_equal(r.ndmg, 0);
-	assert_int_equal(r.nrec, 2);
-	jreader_close(&r);
+	assert_reads_clean(2);
 }
 
 /* The reserve (room for rewind marks on a full disk) is given back once:
@@ -529,8 +534,7 @@ static void test_discard_takes_back_only_an_unused_session(void **state)
 {
 	struct jsession s;
 	struct jseg g;
-	struct jreader r;
-	char err[256], path[400];
+	char path[400];
 
 	(void)state;
 	bare_session(0);
@@ -546,9 +550,7 @@ static void test_discard_takes_back_only_an_unused_session(void **state)
 	assert_int_equal(jseg_open(&g, &s, NULL), 0);
 	jseg_close(&g);
 	jsession_close(&s);
-	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
-	assert_int_equal(r.ndmg, 0);
-	jreader_close(&r);
+	assert_reads_clean(SIZE_MAX);
 }
 
 /* One root's compiled policy in SESSION/shared: the first claim has the
@@ -725,10 +727,7 @@ static void test_log_and_objects_are_made_at_first_need(void **state)
 	bare_session(0);
 	assert_false(exists_in_session("log"));
 	assert_false(exists_in_session("objects"));
-	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
-	assert_int_equal(r.nrec, 0);
-	assert_int_equal(r.ndmg, 0);
-	jreader_close(&r);
+	assert_reads_clean(0);
 	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
 	assert_int_equal(s.logfd, -1);
 	assert_int_equal(s.objfd, -1);
@@ -740,9 +739,7 @@ static void test_log_and_objects_are_made_at_first_need(void **state)
 	assert_int_equal(jsession_objfd(&s), s.objfd);  /* kept */
 	jseg_close(&g);
 	jsession_close(&s);
-	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
-	assert_int_equal(r.nrec, 1);                    /* the segment's J_SEGMENT */
-	jreader_close(&r);
+	assert_reads_clean(1);                          /* the segment's J_SEGMENT */
 
 	snprintf(path, sizeof(path), "rm -rf '%s/log'", sdir());
 	assert_int_equal(system(path), 0);
