@@ -169,7 +169,7 @@ HOT static ssize_t normal_len(const char *p)
  * is not seen: the path recorded is then the old one (a documented limit).
  * Each entry is a seqlock: a reader never takes a half-written path.
  */
-#define FDC_N 64                /* a bit each in fdc_live */
+#define FDC_N 64
 static struct fdc {
 	unsigned gen;          /* odd while being written; 0: never used */
 	int fd;                /* -1: empty */
@@ -180,16 +180,9 @@ static struct fdc {
 /* The paths apart, so that the entries a close looks at (fd % FDC_N) lie
  * in 2 KiB, not one per page. */
 static char fdc_path[FDC_N][PATH_MAX];
-/* Bit I: entry I holds an fd, so that fdcache_forget, which runs at every
- * remove and rename (each file of an rm -rf), looks at the few live
- * entries instead of all 64. Set once an entry is filled; cleared once it
- * is emptied, and set again if another thread filled it meanwhile. */
-static uint64_t fdc_live;
 
 static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *p)
 {
-	uint64_t bit = 1ull << (e - fdc);
-
 	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
 	e->fd = fd;
 	if (st) {
@@ -201,13 +194,6 @@ static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *
 		fdc_path[e - fdc][n] = 0;
 	}
 	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
-	if (fd >= 0) {
-		__atomic_or_fetch(&fdc_live, bit, __ATOMIC_SEQ_CST);
-	} else {
-		__atomic_and_fetch(&fdc_live, ~bit, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&e->fd, __ATOMIC_SEQ_CST) >= 0)
-			__atomic_or_fetch(&fdc_live, bit, __ATOMIC_SEQ_CST);
-	}
 }
 
 HIDDEN void fdcache_put(int fd, const char *p)
@@ -241,17 +227,14 @@ HOT HIDDEN void fdcache_drop(int fd)
 		fdc_write(e, -1, NULL, NULL);
 }
 
-/* Forget every entry for PATH or below it (it is being removed or renamed):
- * only a live entry whose path is at least as long as PATH can be one. */
+/* Forget every entry for PATH or below it (it is being removed or renamed). */
 HIDDEN void fdcache_forget(const char *path)
 {
 	size_t n = strlen(path);
 
-	for (uint64_t m = __atomic_load_n(&fdc_live, __ATOMIC_ACQUIRE); m; m &= m - 1) {
-		struct fdc *e = &fdc[__builtin_ctzll(m)];
-		if (e->gen && e->fd >= 0 && e->len >= n && path_under(fdc_path[e - fdc], path, n))
-			fdc_write(e, -1, NULL, NULL);
-	}
+	for (int i = 0; i < FDC_N; i++)
+		if (fdc[i].gen && fdc[i].fd >= 0 && path_under(fdc_path[i], path, n))
+			fdc_write(&fdc[i], -1, NULL, NULL);
 }
 
 HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
