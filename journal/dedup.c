@@ -1,13 +1,26 @@
 /*
  * dedup.c - copy on first write (DESIGN.md invariant 2). A table in
  * SESSION/dedup, mapped shared by every process of the session, remembers
- * which (txn, generation, path) already has a pre-image in the journal and
- * at which level, so that later changes in the same transaction cost no
+ * for each (generation, path) the transaction that wrote its last record
+ * and at which level, so that later changes in that transaction cost no
  * record. Open addressing, linear probing, no lock: a slot is claimed by a
  * compare-and-swap on its state word and marked done only after its record
  * is written, so no process ever skips a capture whose record is not yet on
  * disk. Whenever the table cannot answer, it says "capture": capturing twice
  * is always safe, skipping never is.
+ *
+ * A path has one slot for all transactions, not one each: when transaction
+ * B records a path after A did, A's next change of it needs a record again.
+ * Two transactions running at once (a tool call and a job an earlier one
+ * left running) may take turns on one file; with a slot each, A's later
+ * truncation went unrecorded after B's J_APPEND, and a rewind of both then
+ * found the file shorter than B's record said. With one owner per slot,
+ * the records of a path, in seq order, always describe the state each
+ * change started from (the path locks keep record and change together).
+ * Parent directories' weak keys keep one slot per transaction: their
+ * records restore times only, in any order. (An older shim's keys all
+ * include the transaction, so its slots and these never match: a session
+ * shared by both only captures more.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,12 +41,16 @@
 #define DD_PROBE  512           /* a longer chain counts as a full table */
 #define DD_KEY    16
 
-/* A slot's state word: pid << 32 | old state << 8 | state. State 0 is
- * empty, 1 busy (a record being written by pid; old is the state to go
- * back to), 1 + level once done. The key is written before the word leaves
- * busy and never changes afterwards. */
+/* A slot's state word: busy, pid << 32 | old state << 8 | 1 (a record
+ * being written by pid; old is the state to go back to); done, txn << 32 |
+ * 1 + level (the transaction of the last record and its level); 0 empty.
+ * The key is written before the word leaves busy and never changes
+ * afterwards. A claimer that fails puts back the whole word it found; one
+ * that takes over a dead writer's slot knows only the old state, and puts
+ * back a done word of no transaction (DD_NOBODY: everyone captures). */
 #define DD_EMPTY  0u
 #define DD_BUSY   1u
+#define DD_NOBODY 0xffffffffu
 
 struct dslot {
 	uint64_t word;
@@ -46,6 +63,7 @@ static uint8_t *dd_map;        /* this process's mapping of the current session'
 static uint64_t dd_failed;     /* salt prefix of a session whose table could not be had */
 
 static unsigned st_of(uint64_t w) { return (unsigned)(w & 0xff); }
+static uint32_t txn_of(uint64_t w) { return (uint32_t)(w >> 32); }
 static unsigned old_of(uint64_t w) { return (unsigned)((w >> 8) & 0xff); }
 
 static uint64_t busy_word(unsigned old)
@@ -137,12 +155,14 @@ static struct dslot *table(struct jsession *s)
 	}
 }
 
+/* The key of a path at GEN; a weak key is the transaction's own. */
 static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, const char *path)
 {
 	crypto_generichash_blake2b_state h;
 
 	crypto_generichash_blake2b_init(&h, NULL, 0, DD_KEY);
-	crypto_generichash_blake2b_update(&h, (const uint8_t *)&txn, sizeof(txn));
+	if (gen == DEDUP_WEAK_GEN)
+		crypto_generichash_blake2b_update(&h, (const uint8_t *)&txn, sizeof(txn));
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)&gen, sizeof(gen));
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)path, strlen(path));
 	crypto_generichash_blake2b_final(&h, key, DD_KEY);
@@ -174,7 +194,8 @@ static bool cas(uint64_t *p, uint64_t *expect, uint64_t want)
 
 enum { SLOT_OTHER, SLOT_SKIP, SLOT_MINE };
 
-static int take(struct dslot *sl, const uint8_t *key, unsigned old, struct dclaim *c)
+/* OLD: the whole word to put back if the record fails. */
+static int take(struct dslot *sl, const uint8_t *key, uint64_t old, struct dclaim *c)
 {
 	if (old == DD_EMPTY)
 		memcpy(sl->key, key, DD_KEY);
@@ -188,19 +209,20 @@ static int take(struct dslot *sl, const uint8_t *key, unsigned old, struct dclai
 static void take_over(struct dslot *sl, uint64_t w, const uint8_t *key, struct dclaim *c, int *res)
 {
 	unsigned old = old_of(w);
+	uint64_t back = old == DD_EMPTY ? DD_EMPTY : (uint64_t)DD_NOBODY << 32 | old;
 
 	if (!cas(&sl->word, &w, busy_word(old)))
 		return;
 	if (old == DD_EMPTY || !memcmp(sl->key, key, DD_KEY)) {
-		*res = take(sl, key, old, c);
+		*res = take(sl, key, back, c);
 		return;
 	}
-	__atomic_store_n(&sl->word, (uint64_t)old, __ATOMIC_RELEASE);
+	__atomic_store_n(&sl->word, back, __ATOMIC_RELEASE);
 }
 
-/* Settle one slot for KEY: someone else's, ours already at LEVEL (skip),
- * or claimed by us (write the record). */
-static int probe_slot(struct dslot *sl, const uint8_t *key, unsigned level, struct dclaim *c)
+/* Settle one slot for KEY: someone else's, ours already at LEVEL in
+ * C->txn (skip), or claimed by us (write the record). */
+static int probe_slot(struct dslot *sl, const uint8_t *key, struct dclaim *c)
 {
 	unsigned spins = 0;
 	int res = -1;
@@ -219,10 +241,10 @@ static int probe_slot(struct dslot *sl, const uint8_t *key, unsigned level, stru
 				backoff(&spins);
 		} else if (memcmp(sl->key, key, DD_KEY)) {
 			res = SLOT_OTHER;
-		} else if (st >= 1 + level) {
+		} else if (txn_of(w) == c->txn && st >= 1 + c->level) {
 			res = SLOT_SKIP;
 		} else if (cas(&sl->word, &w, busy_word(st))) {
-			res = take(sl, key, st, c);
+			res = take(sl, key, w, c);
 		}
 	}
 	return res;
@@ -237,13 +259,16 @@ bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *pat
 
 	c->word = NULL;
 	c->level = level;
+	c->txn = txn;
 	if (!t)
 		return false;
 	make_key(key, txn, gen, path);
 	memcpy(&h, key, sizeof(h));
 	for (size_t i = 0; i < DD_PROBE; i++) {
-		int r = probe_slot(&t[(h + i) % DD_SLOTS], key, level, c);
+		int r = probe_slot(&t[(h + i) % DD_SLOTS], key, c);
 
+		if (r == SLOT_MINE && st_of(c->old) > DD_BUSY && txn_of(c->old) != txn)
+			__atomic_add_fetch(&s->ctr[J_CTR_TURNS], 1, __ATOMIC_SEQ_CST);
 		if (r != SLOT_OTHER)
 			return r == SLOT_SKIP;
 	}
@@ -254,6 +279,6 @@ void dedup_done(struct dclaim *c, bool ok)
 {
 	if (!c->word)
 		return;
-	__atomic_store_n(c->word, ok ? (uint64_t)(1 + c->level) : c->old, __ATOMIC_RELEASE);
+	__atomic_store_n(c->word, ok ? (uint64_t)c->txn << 32 | (1 + c->level) : c->old, __ATOMIC_RELEASE);
 	c->word = NULL;
 }

@@ -27,6 +27,7 @@ struct dclaim {
 	uint64_t *word;                /* the slot's state word; NULL: not tracked */
 	uint64_t old;                  /* its state before the claim */
 	unsigned level;
+	uint32_t txn;
 };
 
 /* The generation strong keys use now (never DEDUP_WEAK_GEN), and the bump
@@ -35,10 +36,12 @@ struct dclaim {
 uint64_t dedup_generation(struct jsession *s);
 void dedup_bump(struct jsession *s);
 
-/* true: PATH already has a record of LEVEL or more in TXN at GEN, skip the
- * capture. false: write the record, then call dedup_done (with C untracked
- * when the table cannot help; capturing twice is always safe). Waits while
- * another process writes the record for the same slot. */
+/* true: the last record of PATH at GEN is TXN's, of LEVEL or more: skip
+ * the capture. false: write the record, then call dedup_done (with C
+ * untracked when the table cannot help; capturing twice is always safe).
+ * Waits while another process writes the record for the same slot. A claim
+ * of a path another transaction recorded last bumps the session's
+ * J_CTR_TURNS counter (what the shim's per-thread answers watch). */
 bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *path,
 		 unsigned level, struct dclaim *c);
 /* OK: the record is on disk, mark the level; else give the slot back. */

@@ -27,6 +27,9 @@
  *                        path verdicts). All only grow (atomic add).
  *                        Bytes 32..35 (JI_LAZYDIRS): u32 bits, 1 once log/
  *                        was made, 2 once objects/ was (atomic or).
+ *                        u64 at offset 40: bumped whenever a transaction
+ *                        captures a path whose last record is another
+ *                        transaction's (ends the shim's per-thread answers).
  *                        Bytes 256..271: the policy's slot (JI_SHARED).
  *                        Bytes 512..4095: 896 u32 slots where a process that
  *                        is not a tool call leaves its transaction id

@@ -86,6 +86,7 @@ size_t jobject_name(char out[JOBJ_NAME_MAX], uint32_t features, uint64_t seq, co
  * -EBUSY (another root has it), -EFBIG, -ENOTSUP (an older session), -errno. */
 struct jpolicy_slot { uint64_t owner, len; };
 #define JL_DIRS_MADE      32      /* u32: JL_MADE_LOG, JL_MADE_OBJECTS (JI_LAZYDIRS) */
+#define J_CTR_TURNS       5       /* ctr[5], byte 40: claims of a path another txn recorded last (dedup.c) */
 #define JL_MADE_LOG       1u
 #define JL_MADE_OBJECTS   2u
 #define JL_POLICY_SLOT    256

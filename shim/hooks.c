@@ -304,12 +304,14 @@ static int refuse_unjournaled(const char *p, int err);
  * now in the journal (1 metadata, 2 size, 3 all). It answers the next check
  * of the same path, an fchown after an open, with no system call while the
  * transaction, the copy-on-first-write generation (bumped by every remove
- * and rename) and the namespace generation (every rmdir, symlink and rename
- * of a directory) stand, as the shared table itself would. */
+ * and rename), the namespace generation (every rmdir, symlink and rename
+ * of a directory) and the count of paths taken over from another
+ * transaction (J_CTR_TURNS: one may have been P) stand, as the shared table
+ * itself would. */
 static __thread struct {
 	uint8_t salt[J_SALT_LEN];
 	uint32_t txn;
-	uint64_t cow, ns;
+	uint64_t cow, ns, turns;
 	bool follow, is_dir;
 	unsigned level;
 	char in[256], out[256];
@@ -327,7 +329,8 @@ static unsigned level_of(enum jcap_op op, bool is_dir)
 static bool seen_generations(void)
 {
 	return seen.cow == __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE) &&
-	       seen.ns == __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE);
+	       seen.ns == __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE) &&
+	       seen.turns == __atomic_load_n(&shim.s.ctr[J_CTR_TURNS], __ATOMIC_ACQUIRE);
 }
 
 /* The answer holds only if the generations still stand once P's locks are
@@ -372,6 +375,9 @@ static void seen_begin(const char *p, bool follow, uint64_t gen[2])
 	seen.follow = follow;
 }
 
+/* P's locks are still held: no other transaction can have taken P since
+ * the capture (a takeover of another path bumps the count too, and costs
+ * the next check its shortcut). */
 static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t gen[2])
 {
 	size_t n = strlen(p);
@@ -383,6 +389,7 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
 	seen.txn = shim_txn();
 	seen.cow = gen[0];
 	seen.ns = gen[1];
+	seen.turns = __atomic_load_n(&shim.s.ctr[J_CTR_TURNS], __ATOMIC_ACQUIRE);
 	seen.is_dir = type == S_IFDIR;
 	seen.level = level_of(op, seen.is_dir);
 }

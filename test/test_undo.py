@@ -168,6 +168,40 @@ def test_rewind_undoes_changes_made_by_several_processes_of_one_txn(populated):
     assert_same(before, s.snap())
 
 
+# Two transactions running at once change the same file, each coming back
+# to it after the other's record (an agent's tool call and a background job
+# it left running). A transaction's change after another's record of the
+# path needs a record of its own: without it, the rewind finds the file
+# shorter than the other's J_APPEND said (the concurrency stress test's
+# failure, made deterministic).
+INTERLEAVED = {
+    "truncate-append-truncate": [("A", ["truncate", "a.txt", "5"]), ("B", ["append", "a.txt", "BBB"]),
+                                 ("A", ["truncate", "a.txt", "2"])],
+    "append-append-truncate": [("A", ["append", "a.txt", "aa"]), ("B", ["append", "a.txt", "bb"]),
+                               ("A", ["truncate", "a.txt", "1"]), ("B", ["append", "a.txt", "b2"])],
+    "put-append-put": [("A", ["put", "a.txt", "first"]), ("B", ["append", "a.txt", "+b"]),
+                       ("A", ["put", "a.txt", "x"]), ("B", ["append", "a.txt", "+b2"])],
+    "new-file-append-truncate": [("A", ["put", "n.txt", "made by A"]), ("B", ["append", "n.txt", "+B"]),
+                                 ("A", ["truncate", "n.txt", "0"]), ("B", ["append", "n.txt", "+B2"])],
+    "meta-then-content": [("A", ["chmod", "a.txt", "600"]), ("B", ["append", "a.txt", "tail"]),
+                          ("A", ["chmod", "a.txt", "640"]), ("A", ["truncate", "a.txt", "3"])],
+}
+
+
+@pytest.mark.parametrize("steps", INTERLEAVED.values(), ids=INTERLEAVED.keys())
+def test_rewind_undoes_two_transactions_taking_turns_on_one_file(populated, steps):
+    s = populated
+    before = s.snap()
+    txn = {t: str(begun_txn(s.jd(["begin", "tool", t]))) for t in ("A", "B")}
+    for t, op in steps:
+        s.jd(["txn", txn[t]], op)
+    for t in ("A", "B"):
+        s.jd(["txn", txn[t]], ["end", "0"])
+    assert_changed(before, s.snap())
+    s.rewind()
+    assert_same(before, s.snap())
+
+
 def test_rewind_undoes_a_durable_session(populated):
     s = populated
     before = s.snap()
