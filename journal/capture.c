@@ -1094,10 +1094,28 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 	return err ? err : emit(g, txn, &r, 0);
 }
 
-/* The change about to happen to the existing PATH (lstat'd as ST). */
+/* FN's record of PATH, whatever the table says. */
+static int always(struct jseg *g, uint32_t txn, const char *path, capture_fn fn, const void *arg)
+{
+	int err = fn(g, txn, path, arg);
+
+	return err == SKIPPED ? 0 : err;
+}
+
+/* The change about to happen to the existing PATH (lstat'd as ST).
+ *
+ * A file of several names is one file to its changes but several paths to
+ * the table, which would let a change through one name skip its record
+ * after another name's record (a truncation after an append through the
+ * other name, and the rewind finds the file shorter than the append's
+ * record said). So every change of such a file is recorded; they are rare
+ * (a workspace's files have one name; package stores' links are read). */
 static int capture_present(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,
 			   const struct stat *st)
 {
+	if (S_ISREG(st->st_mode) && st->st_nlink > 1 && op != JC_REMOVE)
+		return always(g, txn, path, op == JC_META ? rec_meta : op == JC_APPEND ? rec_append : rec_content,
+			      &strong);
 	switch (op) {
 	case JC_REMOVE:
 		return jcap_remove(g, txn, path);

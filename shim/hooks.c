@@ -470,7 +470,8 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 		err = capture(p, op, lock, locked ? &st : NULL);
 	if (err)
 		return refuse_unjournaled(p, err);
-	seen_end(p, op, mode, gen);
+	if (mode != S_IFREG || st.st_nlink < 2)        /* each change of those is recorded */
+		seen_end(p, op, mode, gen);
 	return 0;
 }
 
@@ -682,6 +683,10 @@ HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
 		return err;
 	if ((err = link_source(od, o, flags)))
 		return err;
+	/* A file with a second name needs a record at each change (capture.c):
+	 * no thread may answer for it from what it saw of one name. */
+	if (shim.session_open)
+		__atomic_add_fetch(&shim.s.ctr[J_CTR_TURNS], 1, __ATOMIC_SEQ_CST);
 	return pre_create(nd, n);
 }
 

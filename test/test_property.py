@@ -251,3 +251,42 @@ def test_random_changes_rewind_exactly(data):
         s.tx("verify", s.sess)
     finally:
         shutil.rmtree(base)
+
+
+@settings(max_examples=1000 if LONG else 40, deadline=None, database=None, derandomize=not LONG,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_interleaved_transactions_rewind_exactly(data):
+    """Two or three transactions open at once, taking turns op by op on the
+    same tree (tool calls whose processes overlap): the whole session
+    rewinds exactly."""
+    base = tempfile.mkdtemp(prefix="ftsbx-prop-", dir="/tmp")
+    try:
+        s = Scratch(base)
+        initial_tree(s.ws)
+        before = s.snap()
+        k = data.draw(st.integers(2, 3), label="transactions")
+        proc = s.jd(*[[b"begin", b"turn", b"%d" % i] for i in range(k)])
+        txns = [int(w.split()[1]) for w in proc.stdout.decode().splitlines() if w.startswith("txn ")]
+        assert len(txns) == k, proc.stdout
+        m = Model(s.ws)
+        ops = []
+        for _ in range(data.draw(st.integers(2, 16), label="ops")):
+            op = data.draw(st.sampled_from(sorted(GENERATORS)))
+            made = GENERATORS[op](data, m, op)
+            if made:
+                ops += [[b"txn", b"%d" % data.draw(st.sampled_from(txns), label="by")], made]
+        note(f"ops: {ops!r}")
+        proc = s.jd(*ops, rc=None)
+        assert proc.returncode in (0, 1), proc.stderr
+        if proc.returncode:
+            event("an op failed")
+            note(f"jdrive exit 1: {proc.stderr!r}")
+        for n in txns:
+            s.jd([b"txn", b"%d" % n], [b"end", b"0"])
+        s.rewind()
+        assert_same(before, snapshot(s.ws))
+        s.tx("verify", s.sess)
+    finally:
+        shutil.rmtree(base)

@@ -135,6 +135,17 @@ def test_truncate(shim):
                    b"&& truncate -s 100 created", check)
 
 
+def test_hard_links_changed_through_each_name(shim):
+    """One inode, two names, changed in turns through each (and a third
+    name made on the way): every change is recorded, within one transaction
+    (an sh -c) and across several (each command the root bash runs)."""
+    def check(_):
+        assert shim.read("hard1") == shim.read("src/hard2") == b"l"
+    shim.roundtrip(b"sh -c 'truncate -s 5 hard1 && echo x >> src/hard2 && truncate -s 2 hard1' && "
+                   b"ln hard1 third && sh -c 'echo y >> third' && truncate -s 1 src/hard2 && "
+                   b"sh -c 'chmod 600 third && echo z >> hard1 && truncate -s 1 third'", check)
+
+
 def test_dd_conv_notrunc(shim):
     before = shim.snap()
     old = shim.read("big.bin")

@@ -168,8 +168,8 @@ def test_rewind_undoes_changes_made_by_several_processes_of_one_txn(populated):
     assert_same(before, s.snap())
 
 
-# Two transactions running at once change the same file, each coming back
-# to it after the other's record (an agent's tool call and a background job
+# Two transactions running at once change the same file (or two names of one
+# inode), each coming back to it after the other's record (an agent's tool call and a background job
 # it left running). A transaction's change after another's record of the
 # path needs a record of its own: without it, the rewind finds the file
 # shorter than the other's J_APPEND said (the concurrency stress test's
@@ -185,6 +185,14 @@ INTERLEAVED = {
                                  ("A", ["truncate", "n.txt", "0"]), ("B", ["append", "n.txt", "+B2"])],
     "meta-then-content": [("A", ["chmod", "a.txt", "600"]), ("B", ["append", "a.txt", "tail"]),
                           ("A", ["chmod", "a.txt", "640"]), ("A", ["truncate", "a.txt", "3"])],
+    # Two names of one inode are two paths to the table but one file: a
+    # change through either is recorded, even in one transaction.
+    "hard-links-one-txn": [("A", ["truncate", "hard1", "5"]), ("A", ["append", "src/hard2", "+a"]),
+                           ("A", ["truncate", "hard1", "2"]), ("A", ["chmod", "src/hard2", "600"])],
+    "hard-links-two-txns": [("A", ["truncate", "hard1", "5"]), ("B", ["append", "src/hard2", "+b"]),
+                            ("A", ["put", "hard1", "1"]), ("B", ["append", "src/hard2", "+b2"])],
+    "hard-link-made-later": [("A", ["put", "a.txt", "abcdef"]), ("B", ["link", "a.txt", "a2"]),
+                             ("B", ["append", "a2", "+b"]), ("A", ["truncate", "a.txt", "1"])],
 }
 
 
