@@ -210,7 +210,8 @@ enum jtype {
 	J_UNDOING   = 17, /* SEQREF [INODE]: txreplay is about to undo SEQREF, which will
 	                     change INODE (under every name it has). A run killed
 	                     before the matching J_REWOUND leaves this behind, and
-	                     the next run knows that inode's ctime is its own. */
+	                     the next run knows that inode's ctime is its own, and
+	                     the ctimes of SEQREF's paths' parent directories. */
 	J_TYPE_MAX  = 17,
 	J_SKIPPABLE = 128 /* types from here on may be skipped by old readers */
 };

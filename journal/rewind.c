@@ -117,6 +117,9 @@ struct rw {
 	struct kent *settle;           /* path -> settle time */
 	struct kent *isettle;          /* dev+ino of a pre-image -> settle time */
 	struct kent *undoing;          /* dev+ino an earlier run began to undo */
+	struct kent *begun;            /* seq -> time an earlier run began to undo it */
+	struct kent *pundo;            /* directory -> time an earlier run began to undo
+	                                  an entry in it (its ctime is that run's since) */
 	struct kent *held;             /* paths left alone after drift or failure */
 	struct kent *touched;          /* paths this run changed, and their parents */
 	struct kent *inodes;           /* dev+ino this run changed */
@@ -172,10 +175,12 @@ static void index_records(struct rw *w)
 			/* the inode that undo touched settles then, under every name */
 			if (c->f[F_INODE].present && c->f[F_INODE].n == 16)
 				kt_max(kt_put(&w->isettle, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
-		} else if (c->type == J_UNDOING && c->f[F_INODE].present && c->f[F_INODE].n == 16) {
+		} else if (c->type == J_UNDOING && jrec_u64(c, F_SEQREF, &ref)) {
 			/* an undo began here; if its run was killed before
 			 * the mark, the inode's ctime is that run's own */
-			kt_max(kt_put(&w->undoing, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
+			kt_min(nt_put(&w->begun, ref, INT64_MAX), c->time_ns);
+			if (c->f[F_INODE].present && c->f[F_INODE].n == 16)
+				kt_max(kt_put(&w->undoing, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
 		}
 		else if (c->type == J_TXN_END)
 			kt_max(nt_put(&w->ends, c->txn, c->time_ns), c->time_ns);
@@ -382,6 +387,41 @@ static void skip_stale_weak(struct rw *w)
 
 /* ---- drift -------------------------------------------------------------- */
 
+/* P's parent directory ("/a/b" for "/a/b/c") in BUF, or NULL. */
+static const char *parent_of(const char *p, char buf[PATH_MAX])
+{
+	const char *slash = p ? strrchr(p, '/') : NULL;
+	size_t n;
+
+	if (!slash)
+		return NULL;
+	n = slash == p ? 1 : (size_t)(slash - p);
+	if (n >= PATH_MAX)
+		return NULL;
+	memcpy(buf, p, n);
+	buf[n] = 0;
+	return buf;
+}
+
+/* An earlier run undid record I, or began to (BEGUN: when, or NULL; MARK:
+ * when it was done, or NULL): that undo added, removed or renamed entries
+ * of its paths' parent directories, so their ctimes are that run's own. */
+static void parents_undone(struct rw *w, size_t i, const struct kent *begun, const struct kent *mark)
+{
+	char buf[PATH_MAX];
+	const char *ps[2] = { w->path[i], w->path2[i] };
+
+	for (int k = 0; k < 2; k++) {
+		const char *d = parent_of(ps[k], buf);
+		if (!d)
+			continue;
+		if (mark)
+			kt_max(pt_put(&w->settle, d, INT64_MIN), mark->v);
+		if (begun)
+			kt_min(pt_put(&w->pundo, d, INT64_MAX), begun->v);
+	}
+}
+
 /* The settle time of each path: when the journal last saw it settle (the
  * end of a transaction that touched it, a rewind mark). A transaction still
  * open (no J_TXN_END) gives its paths no settle time at all. */
@@ -390,10 +430,13 @@ static void compute_settle(struct rw *w)
 	for (size_t i = 0; i < w->n; i++) {
 		const struct jrecord *c = &w->r.rec[i];
 		struct kent *end = nt_find(w->ends, c->txn), *mark = nt_find(w->marks, c->seq);
+		struct kent *begun = nt_find(w->begun, c->seq);
 		int64_t t = end ? end->v : NO_SETTLE;
 
 		if (!(w->state[i] & R_UNDO))
 			continue;
+		if (mark || begun)
+			parents_undone(w, i, begun, mark);
 		if (mark)
 			t = end && end->v > mark->v ? end->v : mark->v;
 		kt_max(pt_put(&w->settle, w->path[i], INT64_MIN), t);
@@ -443,19 +486,14 @@ static void touch_inode(struct rw *w, const struct stat *s)
 /* Put P and its parent directory ("/a/b" for "/a/b/c") into table H. */
 static void put_with_parent(struct kent **h, const char *p)
 {
-	char parent[PATH_MAX];
-	const char *slash;
+	char buf[PATH_MAX];
+	const char *d;
 
 	if (!p || !*p)
 		return;
 	pt_put(h, p, 0);
-	slash = strrchr(p, '/');
-	if (slash && (size_t)(slash - p) < sizeof(parent)) {
-		size_t n = slash == p ? 1 : (size_t)(slash - p);
-		memcpy(parent, p, n);
-		parent[n] = 0;
-		pt_put(h, parent, 0);
-	}
+	if ((d = parent_of(p, buf)))
+		pt_put(h, d, 0);
 }
 
 /* A path this run changes: it, its parent and its inode (S, what is at P
@@ -509,6 +547,9 @@ static bool drifted(struct rw *w, size_t i, const struct stat *s)
 	struct kent *u = kt_find(w->undoing, k, sizeof(k));
 	if (u && ctime_ns(s) >= u->v && (!is || is->v < u->v))
 		return false;           /* an interrupted run of ours changed it */
+	struct kent *pu = pt_find(w->pundo, w->path[i]);
+	if (pu && ctime_ns(s) >= pu->v)
+		return false;           /* ... or an entry in it */
 	return !looks_restored(c, s);
 }
 
@@ -609,7 +650,8 @@ static int apply(struct rw *w, size_t i, const struct stat *const before[2], con
 		ino[0] = (uint64_t)was->st_dev;
 		ino[1] = (uint64_t)was->st_ino;
 	}
-	if (ino[1] && (err = mark(w, J_UNDOING, c->seq, ino)) < 0) {
+	/* even with no inode to name: the undo changes the parents */
+	if ((err = mark(w, J_UNDOING, c->seq, ino)) < 0) {
 		say(w, 2, "cannot write into '%s': %s", w->dir, strerror(-err));
 		return err;
 	}
@@ -709,6 +751,8 @@ static void cleanup(struct rw *w)
 	kt_free(&w->settle);
 	kt_free(&w->isettle);
 	kt_free(&w->undoing);
+	kt_free(&w->begun);
+	kt_free(&w->pundo);
 	kt_free(&w->held);
 	kt_free(&w->touched);
 	kt_free(&w->inodes);
