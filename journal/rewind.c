@@ -27,6 +27,10 @@
 #include "internal.h"
 
 #define NO_SETTLE INT64_MAX     /* settle time of a path a running txn touches */
+/* A file's times come from the kernel's coarse clock, which lags
+ * clock_gettime() (the records' times) by up to a tick: a change made
+ * after a record can carry an earlier time than the record. */
+#define COARSE_NS 50000000
 
 /* One entry of any table: a byte-string key (a path, a seq, a txn, a
  * dev+ino pair) and a value. */
@@ -545,10 +549,10 @@ static bool drifted(struct rw *w, size_t i, const struct stat *s)
 	if (is && is->v != INT64_MIN && ctime_ns(s) <= is->v)
 		return false;
 	struct kent *u = kt_find(w->undoing, k, sizeof(k));
-	if (u && ctime_ns(s) >= u->v && (!is || is->v < u->v))
+	if (u && ctime_ns(s) >= u->v - COARSE_NS && (!is || is->v < u->v))
 		return false;           /* an interrupted run of ours changed it */
 	struct kent *pu = pt_find(w->pundo, w->path[i]);
-	if (pu && ctime_ns(s) >= pu->v)
+	if (pu && ctime_ns(s) >= pu->v - COARSE_NS)
 		return false;           /* ... or an entry in it */
 	return !looks_restored(c, s);
 }
