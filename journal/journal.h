@@ -60,9 +60,6 @@ void jsession_close(struct jsession *s);
  * the descriptor would be the child's, in memory the parent keeps. */
 int  jsession_logfd(struct jsession *s);
 int  jsession_objfd(struct jsession *s);
-/* Take back a session just created that nothing wrote into (log/ empty):
- * its files, its directories and DIR. 0 or -errno (-ENOTEMPTY: in use). */
-int  jsession_discard(const char *dir);
 /* The default session directory (when FTSBX_JOURNAL is unset):
  * XDG_STATE/ftsbx/sessions/YYYYmmdd-HHMMSS-PID, XDG_STATE defaulting to
  * HOME/.local/state. The caller passes the two variables. */

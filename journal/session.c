@@ -171,11 +171,6 @@ static int remove_created(const char *dir)
 	return rmdir(dir) == 0 ? 0 : -errno;
 }
 
-int jsession_discard(const char *dir)
-{
-	return remove_created(dir);
-}
-
 /* Build a complete session under a temporary name beside DIR, then rename it
  * into place. Losing the race to another creator is success (OUT->dirfd
  * stays -1); the winner gets its directory's descriptor, salt and features

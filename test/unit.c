@@ -527,32 +527,6 @@ static void test_reserve_is_given_back_once(void **state)
 	jsession_close(&s);
 }
 
-/* A session just made is taken back whole; one a writer wrote into is
- * left as it was (ftsbx run takes back only a session its command never
- * started in). */
-static void test_discard_takes_back_only_an_unused_session(void **state)
-{
-	struct jsession s;
-	struct jseg g;
-	char path[400];
-
-	(void)state;
-	bare_session(0);
-	assert_int_equal(jsession_discard(sdir()), 0);
-	assert_int_equal(access(sdir(), F_OK), -1);
-	made_session();
-	assert_int_equal(jsession_discard(sdir()), -ENOTEMPTY);
-	for (const char *const *n = (const char *const[]){ "session", "shared", "log", "objects", NULL }; *n; n++) {
-		snprintf(path, sizeof(path), "%s/%s", sdir(), *n);
-		assert_int_equal(access(path, F_OK), 0);
-	}
-	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
-	assert_int_equal(jseg_open(&g, &s, NULL), 0);
-	jseg_close(&g);
-	jsession_close(&s);
-	assert_reads_clean(SIZE_MAX);
-}
-
 /* One root's compiled policy in SESSION/shared: the first claim has the
  * place, its bytes after what is mapped and its length on the first page;
  * a second root is told EBUSY, a block too big EFBIG, an older session
@@ -1380,7 +1354,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_older_session_layout_still_works, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_log_and_objects_are_made_at_first_need, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_without_lazy_dirs_has_them_at_once, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_discard_takes_back_only_an_unused_session, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_takes_one_root, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_not_in_an_older_session, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_without_shared_segments, setup, teardown),

@@ -20,9 +20,10 @@
  * gets, and then lets the root go on (a pipe: 'P' says the policy is there
  * for it; the root maps it, as every later process does, and confines the
  * session). A policy ftsbx could not compile or leave there the root
- * compiles itself, and reports what is wrong. DIR.heads is opened after;
- * a command that cannot start has the session and DIR.heads taken back.
- * ftsbx is a static program (GNUmakefile): no dynamic loading at its start.
+ * compiles itself, and reports what is wrong. DIR.heads is opened after.
+ * CMD is started with vfork, so the session is made only once its program
+ * is there: a command that cannot start leaves nothing behind. ftsbx is a
+ * static program (GNUmakefile): no dynamic loading at its start.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -110,30 +111,45 @@ static void count(const struct jreader *r, struct tally *t)
 	}
 }
 
-/* Compile the policy as the root would: in the environment it gets
- * (prepare_env on a copy of ours, which stays as it was). */
-static struct policy *compile_as_root(const char *lib, const char *journal, const char *policy, bool calls)
+/* The root's environment: ours through prepare_env, with READY (the
+ * "FD:INODE" of the pipe the root waits on, or NULL) as
+ * FTSBX_SESSION_READY. NULL when it cannot be made (set() said why). Ours
+ * stays as it was: the changes go to a copy, and setenv moves that to an
+ * array of its own (glibc's, which it keeps), which is the result. */
+static char **root_env(const char *lib, const char *journal, const char *policy, bool calls,
+		       const char *ready)
 {
-	char **ours = environ, **copy, err[1024];
-	struct policy *pol = NULL;
+	char **ours = environ, **copy, **env = NULL;
 	size_t n = 0;
 
 	while (ours[n])
 		n++;
 	copy = malloc((n + 1) * sizeof(*copy));
-	if (!copy)
+	if (!copy) {
+		fputs("ftsbx: out of memory\n", stderr);
 		return NULL;
+	}
 	memcpy(copy, ours, (n + 1) * sizeof(*copy));
 	environ = copy;
-	if (!prepare_env(lib, journal, policy, calls)) {
-		const char *file = getenv("FTSBX_POLICY");
-		if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
-			pol = NULL;     /* the root says what is wrong */
-	}
-	/* setenv moves to an array of its own (glibc's, which it keeps):
-	 * COPY is no longer anybody's */
+	if (!prepare_env(lib, journal, policy, calls) && (!ready || !set("FTSBX_SESSION_READY", ready)))
+		env = environ;
 	environ = ours;
 	free(copy);
+	return env;
+}
+
+/* Compile the policy as the root would: in its environment ENV. */
+static struct policy *compile_as_root(char **env)
+{
+	char **ours = environ, err[1024];
+	struct policy *pol = NULL;
+	const char *file;
+
+	environ = env;
+	file = getenv("FTSBX_POLICY");
+	if (policy_load(&pol, file && *file ? file : NULL, err, sizeof(err)))
+		pol = NULL;     /* the root says what is wrong */
+	environ = ours;
 	return pol;
 }
 
@@ -141,8 +157,7 @@ static struct policy *compile_as_root(const char *lib, const char *journal, cons
  * there (ftsbx records the command line), and leave the policy compiled in
  * it for ROOT. True when the policy is there. A failure is the root's to
  * report: it creates the session, or compiles the policy, itself. */
-static bool prepare_session(const char *journal, char *const *cmd, const char *lib, const char *policy,
-			    bool calls, pid_t root)
+static bool prepare_session(const char *journal, char *const *cmd, char **env, pid_t root)
 {
 	struct jsession_info info = { .argv = cmd };
 	struct jsession s;
@@ -151,7 +166,7 @@ static bool prepare_session(const char *journal, char *const *cmd, const char *l
 
 	if (jsession_open(&s, journal, &info))
 		return false;
-	pol = compile_as_root(lib, journal, policy, calls);
+	pol = compile_as_root(env);
 	if (pol) {
 		const void *blob;
 		size_t n;
@@ -161,6 +176,32 @@ static bool prepare_session(const char *journal, char *const *cmd, const char *l
 	}
 	jsession_close(&s);
 	return put;
+}
+
+/* Start CMD in ENV with the descriptor READY (or -1) left open across the
+ * exec. A vfork: no copy of this process's memory to make and throw away,
+ * and this process goes on once the exec is done (the program's loading
+ * then runs beside the session's making). The child only execs, or says
+ * why it could not. Returns the pid, or -errno with nothing left running. */
+static pid_t start(char *const *cmd, char **env, int ready)
+{
+	volatile int err = 0;
+	pid_t pid = vfork();
+
+	if (pid == 0) {
+		if (ready < 0 || fcntl(ready, F_SETFD, 0) == 0)
+			execvpe(cmd[0], cmd, env);
+		err = errno;
+		_exit(127);
+	}
+	if (pid < 0)
+		return -errno;
+	if (err) {
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		return -err;
+	}
+	return pid;
 }
 
 /* While ftsbx makes the session and compiles the policy, the command's
@@ -280,12 +321,13 @@ int cmd_run(int argc, char **argv)
 {
 	char lib[PATH_MAX], journal[PATH_MAX], err[512];
 	const char *policy = NULL, *jarg = NULL, *onfail = "keep";
-	bool calls = false, fresh, pinned;
+	bool calls = false, pinned;
 	cpu_set_t cpus;
 	struct jreader r;
 	struct tally t;
 	struct heads heads;
-	int i, status, code, ready[2], exec[2];
+	int i, status, code, ready[2];
+	char **env;
 	pid_t pid;
 
 	for (i = 1; i < argc && strcmp(argv[i], "--"); i++) {
@@ -325,49 +367,32 @@ int cmd_run(int argc, char **argv)
 	}
 	/* The session is created here while the command's program loads: its
 	 * root waits on READY's read end (shim/state.c) for a 'P' (the policy
-	 * is there too) or its end, once the session is there. EXEC tells
-	 * whether the program started at all (nothing comes through it but a
-	 * failure's errno): a command that cannot run leaves no session
-	 * behind. */
+	 * is there too) or its end, once the session is there. It is made
+	 * only once the program has started: a command that cannot run leaves
+	 * no session behind. Only the root gets the shim: ftsbx (and the
+	 * txreplay it may run afterwards) stay unwrapped. */
+	char v[48] = "";
+	struct stat st;
 	if (pipe2(ready, O_CLOEXEC) < 0)
 		ready[0] = ready[1] = -1;
-	if (pipe2(exec, O_CLOEXEC) < 0)
-		exec[0] = exec[1] = -1;
-	pid = fork();
-	if (pid < 0) {
-		fprintf(stderr, "ftsbx: cannot fork: %s\n", strerror(errno));
-		return 1;
-	}
-	if (pid == 0) {
-		int e = 0;
-		/* only the session's root gets the shim: ftsbx (and the txreplay
-		 * it may run afterwards) stay unwrapped */
-		if (!prepare_env(lib, journal, policy, calls)) {
-			struct stat st;
-			if (ready[0] >= 0 && exec[0] >= 0 && fstat(ready[0], &st) == 0 &&
-			    fcntl(ready[0], F_SETFD, 0) == 0) {
-				char v[48];     /* FD:INODE, so that no other pipe is taken for it */
-				snprintf(v, sizeof(v), "%d:%llu", ready[0], (unsigned long long)st.st_ino);
-				if (set("FTSBX_SESSION_READY", v))
-					unsetenv("FTSBX_SESSION_READY");
-			}
-			execvp(argv[i + 1], argv + i + 1);
-			e = errno;
-			fprintf(stderr, "ftsbx: cannot run '%s': %s\n", argv[i + 1], strerror(e));
-		}
-		if (exec[1] >= 0 && write(exec[1], &e, sizeof(e)) != sizeof(e))
-			e = errno;
-		_exit(e ? 127 : 126);
-	}
-	pinned = keep_to_this_cpu(&cpus);
+	else if (fstat(ready[0], &st) == 0)     /* FD:INODE: no other pipe is taken for it */
+		snprintf(v, sizeof(v), "%d:%llu", ready[0], (unsigned long long)st.st_ino);
+	env = root_env(lib, journal, policy, calls, *v ? v : NULL);
+	if (!env)
+		return 126;
+	pid = start(argv + i + 1, env, *v ? ready[0] : -1);
 	if (ready[0] >= 0)
 		close(ready[0]);
-	/* the session is made while the child looks the program up and loads
-	 * it; one the run made is taken back if the program could not start */
-	fresh = access(journal, F_OK) < 0 && errno == ENOENT;
-	if (prepare_session(journal, argv + i + 1, lib, policy, calls, pid) && ready[1] >= 0) {
+	if (pid < 0) {
+		fprintf(stderr, "ftsbx: cannot run '%s': %s\n", argv[i + 1], strerror((int)-pid));
+		if (ready[1] >= 0)
+			close(ready[1]);
+		return 127;
+	}
+	pinned = keep_to_this_cpu(&cpus);
+	if (prepare_session(journal, argv + i + 1, env, pid) && ready[1] >= 0) {
 		/* should this fail, the root compiles the policy itself; a
-		 * command that could not start has closed the other end */
+		 * root that is gone already has closed the other end */
 		struct sigaction ign = { .sa_handler = SIG_IGN }, old;
 		sigaction(SIGPIPE, &ign, &old);
 		ssize_t w = write(ready[1], "P", 1);
@@ -379,19 +404,6 @@ int cmd_run(int argc, char **argv)
 	if (pinned)
 		sched_setaffinity(0, sizeof(cpus), &cpus);
 	heads = open_heads(journal);
-	if (exec[0] >= 0) {
-		int e;
-		ssize_t n;
-		close(exec[1]);
-		while ((n = read(exec[0], &e, sizeof(e))) < 0 && errno == EINTR)
-			;
-		close(exec[0]);
-		if (n > 0 && fresh) {   /* the program did not start */
-			jsession_discard(journal);
-			close_heads(journal, heads);
-			heads.fd = -1;
-		}
-	}
 	while (waitpid(pid, &status, 0) < 0)
 		if (errno != EINTR)
 			return 1;
