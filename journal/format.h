@@ -210,8 +210,7 @@ enum jtype {
 	J_UNDOING   = 17, /* SEQREF [INODE]: txreplay is about to undo SEQREF, which will
 	                     change INODE (under every name it has). A run killed
 	                     before the matching J_REWOUND leaves this behind, and
-	                     the next run knows that inode's ctime is its own, and
-	                     the ctimes of SEQREF's paths' parent directories. */
+	                     the next run knows that inode's ctime is its own. */
 	J_TYPE_MAX  = 17,
 	J_SKIPPABLE = 128 /* types from here on may be skipped by old readers */
 };

@@ -121,9 +121,6 @@ struct rw {
 	struct kent *settle;           /* path -> settle time */
 	struct kent *isettle;          /* dev+ino of a pre-image -> settle time */
 	struct kent *undoing;          /* dev+ino an earlier run began to undo */
-	struct kent *begun;            /* seq -> time an earlier run began to undo it */
-	struct kent *pundo;            /* directory -> time an earlier run began to undo
-	                                  an entry in it (its ctime is that run's since) */
 	struct kent *held;             /* paths left alone after drift or failure */
 	struct kent *touched;          /* paths this run changed, and their parents */
 	struct kent *inodes;           /* dev+ino this run changed */
@@ -179,12 +176,10 @@ static void index_records(struct rw *w)
 			/* the inode that undo touched settles then, under every name */
 			if (c->f[F_INODE].present && c->f[F_INODE].n == 16)
 				kt_max(kt_put(&w->isettle, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
-		} else if (c->type == J_UNDOING && jrec_u64(c, F_SEQREF, &ref)) {
+		} else if (c->type == J_UNDOING && c->f[F_INODE].present && c->f[F_INODE].n == 16) {
 			/* an undo began here; if its run was killed before
 			 * the mark, the inode's ctime is that run's own */
-			kt_min(nt_put(&w->begun, ref, INT64_MAX), c->time_ns);
-			if (c->f[F_INODE].present && c->f[F_INODE].n == 16)
-				kt_max(kt_put(&w->undoing, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
+			kt_max(kt_put(&w->undoing, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
 		}
 		else if (c->type == J_TXN_END)
 			kt_max(nt_put(&w->ends, c->txn, c->time_ns), c->time_ns);
@@ -407,22 +402,19 @@ static const char *parent_of(const char *p, char buf[PATH_MAX])
 	return buf;
 }
 
-/* An earlier run undid record I, or began to (BEGUN: when, or NULL; MARK:
- * when it was done, or NULL): that undo added, removed or renamed entries
- * of its paths' parent directories, so their ctimes are that run's own. */
-static void parents_undone(struct rw *w, size_t i, const struct kent *begun, const struct kent *mark)
+/* An earlier run undid record I (its J_REWOUND mark at MARK): that undo
+ * added, removed or renamed entries of its paths' parent directories, so
+ * their ctimes up to the mark are that run's own. (An undo killed before
+ * its mark is done again by the next run, which touches them itself.) */
+static void parents_undone(struct rw *w, size_t i, int64_t mark)
 {
 	char buf[PATH_MAX];
 	const char *ps[2] = { w->path[i], w->path2[i] };
 
 	for (int k = 0; k < 2; k++) {
 		const char *d = parent_of(ps[k], buf);
-		if (!d)
-			continue;
-		if (mark)
-			kt_max(pt_put(&w->settle, d, INT64_MIN), mark->v);
-		if (begun)
-			kt_min(pt_put(&w->pundo, d, INT64_MAX), begun->v);
+		if (d)
+			kt_max(pt_put(&w->settle, d, INT64_MIN), mark);
 	}
 }
 
@@ -434,15 +426,14 @@ static void compute_settle(struct rw *w)
 	for (size_t i = 0; i < w->n; i++) {
 		const struct jrecord *c = &w->r.rec[i];
 		struct kent *end = nt_find(w->ends, c->txn), *mark = nt_find(w->marks, c->seq);
-		struct kent *begun = nt_find(w->begun, c->seq);
 		int64_t t = end ? end->v : NO_SETTLE;
 
 		if (!(w->state[i] & R_UNDO))
 			continue;
-		if (mark || begun)
-			parents_undone(w, i, begun, mark);
-		if (mark)
+		if (mark) {
+			parents_undone(w, i, mark->v);
 			t = end && end->v > mark->v ? end->v : mark->v;
+		}
 		kt_max(pt_put(&w->settle, w->path[i], INT64_MIN), t);
 		if (w->path2[i])
 			kt_max(pt_put(&w->settle, w->path2[i], INT64_MIN), t);
@@ -551,9 +542,6 @@ static bool drifted(struct rw *w, size_t i, const struct stat *s)
 	struct kent *u = kt_find(w->undoing, k, sizeof(k));
 	if (u && ctime_ns(s) >= u->v - COARSE_NS && (!is || is->v < u->v))
 		return false;           /* an interrupted run of ours changed it */
-	struct kent *pu = pt_find(w->pundo, w->path[i]);
-	if (pu && ctime_ns(s) >= pu->v - COARSE_NS)
-		return false;           /* ... or an entry in it */
 	return !looks_restored(c, s);
 }
 
@@ -654,8 +642,7 @@ static int apply(struct rw *w, size_t i, const struct stat *const before[2], con
 		ino[0] = (uint64_t)was->st_dev;
 		ino[1] = (uint64_t)was->st_ino;
 	}
-	/* even with no inode to name: the undo changes the parents */
-	if ((err = mark(w, J_UNDOING, c->seq, ino)) < 0) {
+	if (ino[1] && (err = mark(w, J_UNDOING, c->seq, ino)) < 0) {
 		say(w, 2, "cannot write into '%s': %s", w->dir, strerror(-err));
 		return err;
 	}
@@ -755,8 +742,6 @@ static void cleanup(struct rw *w)
 	kt_free(&w->settle);
 	kt_free(&w->isettle);
 	kt_free(&w->undoing);
-	kt_free(&w->begun);
-	kt_free(&w->pundo);
 	kt_free(&w->held);
 	kt_free(&w->touched);
 	kt_free(&w->inodes);
