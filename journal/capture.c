@@ -124,7 +124,7 @@ int jpath_norm(char *out, size_t cap, const char *base, const char *path)
 }
 
 /* PATH's directory into OUT; false for "/", which has none. */
-static bool parent_of(const char *path, char out[PATH_MAX])
+bool jpath_parent(const char *path, char out[PATH_MAX])
 {
 	const char *slash = strrchr(path, '/');
 	size_t n;
@@ -149,7 +149,7 @@ static int link_target(const char *path, char out[PATH_MAX])
 	if (n < 0)
 		return -errno;
 	t[n] = 0;
-	if (!parent_of(path, dir))
+	if (!jpath_parent(path, dir))
 		memcpy(dir, "/", 2);
 	return jpath_norm(out, PATH_MAX, dir, t);
 }
@@ -639,7 +639,7 @@ static int rec_create(struct jseg *g, uint32_t txn, const char *path, const void
 
 	(void)arg;
 	err = emit(g, txn, &r, 0);
-	if (!err && parent_of(path, dir) && lstat(dir, &st) < 0)
+	if (!err && jpath_parent(path, dir) && lstat(dir, &st) < 0)
 		return SKIPPED;
 	return err;
 }
@@ -932,7 +932,7 @@ static int parent_meta(struct jseg *g, uint32_t txn, const char *path)
 	struct dclaim c;
 	int err;
 
-	if (!parent_of(path, dir) || parent_known(g->s, txn, dir))
+	if (!jpath_parent(path, dir) || parent_known(g->s, txn, dir))
 		return 0;
 	if (dedup_claim(g->s, txn, DEDUP_WEAK_GEN, dir, DL_META, &c)) {
 		parent_remember(g->s, txn, dir);

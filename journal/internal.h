@@ -4,6 +4,7 @@
 #ifndef FTSBX_JOURNAL_INTERNAL_H
 #define FTSBX_JOURNAL_INTERNAL_H
 
+#include <limits.h>
 #include "journal.h"
 
 /* Long-lived descriptors move at or above this number, out of the way of
@@ -28,5 +29,6 @@ size_t jlocks_size(void);
 int  jshared_release_reserve(struct jsession *s);
 int  jshared_make_reserve(struct jsession *s);
 int  jfd_high(int fd);
+bool jpath_parent(const char *path, char out[PATH_MAX]);
 
 #endif

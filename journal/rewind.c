@@ -386,22 +386,6 @@ static void skip_stale_weak(struct rw *w)
 
 /* ---- drift -------------------------------------------------------------- */
 
-/* P's parent directory ("/a/b" for "/a/b/c") in BUF, or NULL. */
-static const char *parent_of(const char *p, char buf[PATH_MAX])
-{
-	const char *slash = p ? strrchr(p, '/') : NULL;
-	size_t n;
-
-	if (!slash)
-		return NULL;
-	n = slash == p ? 1 : (size_t)(slash - p);
-	if (n >= PATH_MAX)
-		return NULL;
-	memcpy(buf, p, n);
-	buf[n] = 0;
-	return buf;
-}
-
 /* An earlier run undid record I (its J_REWOUND mark at MARK): that undo
  * added, removed or renamed entries of its paths' parent directories, so
  * their ctimes up to the mark are that run's own. (An undo killed before
@@ -412,9 +396,8 @@ static void parents_undone(struct rw *w, size_t i, int64_t mark)
 	const char *ps[2] = { w->path[i], w->path2[i] };
 
 	for (int k = 0; k < 2; k++) {
-		const char *d = parent_of(ps[k], buf);
-		if (d)
-			kt_max(pt_put(&w->settle, d, INT64_MIN), mark);
+		if (ps[k] && jpath_parent(ps[k], buf))
+			kt_max(pt_put(&w->settle, buf, INT64_MIN), mark);
 	}
 }
 
@@ -482,13 +465,12 @@ static void touch_inode(struct rw *w, const struct stat *s)
 static void put_with_parent(struct kent **h, const char *p)
 {
 	char buf[PATH_MAX];
-	const char *d;
 
 	if (!p || !*p)
 		return;
 	pt_put(h, p, 0);
-	if ((d = parent_of(p, buf)))
-		pt_put(h, d, 0);
+	if (jpath_parent(p, buf))
+		pt_put(h, buf, 0);
 }
 
 /* A path this run changes: it, its parent and its inode (S, what is at P
