@@ -69,6 +69,45 @@ static void zunmap(voidpf opaque, voidpf p)
 	munmap(b, n);
 }
 
+/*
+ * Kept compressors. A process that captures many small files (a build
+ * overwriting its outputs, an edit over a tree) paid each time for zlib's
+ * 256 KiB of state and for the pre-image's buffer: five maps, their page
+ * faults and five munmaps, each a TLB flush on every CPU the process ran
+ * on (perf: most of a small capture's time). A few are kept, each taken by
+ * one thread at a time with no lock (a signal handler or a fork child that
+ * finds them taken makes its own, as before); once made, a kept one is
+ * reset, not freed, and its buffer's pages stay.
+ */
+#define ZKEPT 2
+static struct zkept {
+	int busy;
+	bool ready;                    /* z is initialised */
+	z_stream z;
+	uint8_t *buf;                  /* 2 * J_INLINE_MAX, made at first use */
+} zkept[ZKEPT];
+
+static struct zkept *zkept_take(void)
+{
+	for (int i = 0; i < ZKEPT; i++) {
+		int free_ = 0;
+		if (__atomic_compare_exchange_n(&zkept[i].busy, &free_, 1, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED)) {
+			if (zkept[i].buf || (zkept[i].buf = scratch(2 * (size_t)J_INLINE_MAX)))
+				return &zkept[i];
+			__atomic_store_n(&zkept[i].busy, 0, __ATOMIC_RELEASE);
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static void zkept_give(struct zkept *k)
+{
+	if (k)
+		__atomic_store_n(&k->busy, 0, __ATOMIC_RELEASE);
+}
+
 /* ---- paths ----------------------------------------------------------------- */
 
 /* Lexical normalisation in place of an absolute path: drop //, . and .. */
@@ -345,6 +384,7 @@ struct pre {
 	size_t n;
 	uint64_t seq;                  /* 0: none taken (inline) */
 	bool object;
+	struct zkept *kept;            /* MAP is this kept buffer's */
 };
 
 static void pre_field(struct rec *r, const struct pre *p)
@@ -407,7 +447,11 @@ static void pre_free(struct jsession *s, struct pre *p, bool drop)
 {
 	char name[JOBJ_NAME_MAX];
 
-	unscratch(p->map, p->maplen);
+	if (p->kept)
+		zkept_give(p->kept);
+	else
+		unscratch(p->map, p->maplen);
+	p->kept = NULL;
 	p->map = NULL;
 	if (drop && p->object) {
 		jobject_name(name, s->features, p->seq, "gz");
@@ -434,21 +478,32 @@ static ssize_t read_at(int fd, uint8_t *buf, size_t n, off_t off)
 }
 
 /* compress2 without malloc: a zlib stream of SRC into DST if it comes out
- * strictly smaller than SRC. */
-static bool zshrink(uint8_t *dst, size_t *dlen, const uint8_t *src, size_t n)
+ * strictly smaller than SRC, through K's compressor (NULL: a fresh one). */
+static bool zshrink(struct zkept *k, uint8_t *dst, size_t *dlen, const uint8_t *src, size_t n)
 {
-	z_stream z = { .zalloc = zmap, .zfree = zunmap };
+	z_stream fresh = { .zalloc = zmap, .zfree = zunmap }, *z = k ? &k->z : &fresh;
 	int rc;
 
-	if (n < 2 || deflateInit(&z, ZLEVEL) != Z_OK)
+	if (n < 2)
 		return false;
-	z.next_in = (Bytef *)src;
-	z.avail_in = (uInt)n;
-	z.next_out = dst;
-	z.avail_out = (uInt)(n - 1);
-	rc = deflate(&z, Z_FINISH);
-	*dlen = z.total_out;
-	deflateEnd(&z);
+	if (k && k->ready) {
+		deflateReset(z);
+	} else {
+		if (k)
+			*z = fresh;
+		if (deflateInit(z, ZLEVEL) != Z_OK)
+			return false;
+		if (k)
+			k->ready = true;
+	}
+	z->next_in = (Bytef *)src;
+	z->avail_in = (uInt)n;
+	z->next_out = dst;
+	z->avail_out = (uInt)(n - 1);
+	rc = deflate(z, Z_FINISH);
+	*dlen = z->total_out;
+	if (!k)
+		deflateEnd(z);
 	return rc == Z_STREAM_END;
 }
 
@@ -457,8 +512,9 @@ static int pre_inline(int fd, size_t size, struct pre *p)
 	ssize_t got;
 	size_t zlen;
 
+	p->kept = zkept_take();
 	p->maplen = 2 * size;
-	p->map = scratch(p->maplen);
+	p->map = p->kept ? p->kept->buf : scratch(p->maplen);
 	if (!p->map)
 		return -ENOMEM;
 	got = read_at(fd, p->map, size, 0);
@@ -466,7 +522,7 @@ static int pre_inline(int fd, size_t size, struct pre *p)
 		return (int)got;
 	p->d.size = (uint64_t)got;
 	jhash(p->d.hash, p->map, (size_t)got, NULL, 0);
-	if (zshrink(p->map + size, &zlen, p->map, (size_t)got)) {
+	if (zshrink(p->kept, p->map + size, &zlen, p->map, (size_t)got)) {
 		p->d.method = JD_ZLIB;
 		p->bytes = p->map + size;
 		p->n = zlen;
