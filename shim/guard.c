@@ -354,16 +354,50 @@ HIDDEN int guard_read(const char *p)
 	return refuse("read", p, NULL, NULL, why, EACCES);
 }
 
+/* The number at P (digits up to a '/' or the end), or -1; *END after it. */
+static long proc_number(const char *p, const char **end)
+{
+	long n = 0;
+
+	if (*p < '0' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9' && n < 1L << 40; p++)
+		n = n * 10 + (*p - '0');
+	*end = p;
+	return *p == '/' || !*p ? n : -1;
+}
+
+/* /proc/self and /proc/thread-self are symlinks, so a path through them
+ * reaches the policy resolved, as /proc/PID/... or /proc/PID/task/TID/...:
+ * this process's own is named as the rules name it again (default.ini
+ * leaves them untracked: the JVM writes /proc/self/coredump_filter at its
+ * start, browsers their oom_score_adj). Another process's stays as it is. */
+static const char *own_proc(const char *p, char buf[PATH_MAX])
+{
+	const char *rest, *t;
+	long pid, tid;
+
+	if (strncmp(p, "/proc/", 6) || (pid = proc_number(p + 6, &rest)) != (long)getpid())
+		return p;
+	if (!strncmp(rest, "/task/", 6) && (tid = proc_number(rest + 6, &t)) == (long)gettid()) {
+		snprintf(buf, PATH_MAX, "/proc/thread-self%s", t);
+		return buf;
+	}
+	snprintf(buf, PATH_MAX, "/proc/self%s", rest);
+	return buf;
+}
+
 /* 0: journal it; 1: allowed, not journaled (untracked); else the errno. */
 HIDDEN int guard_write(const char *op, const char *p, mode_t type)
 {
 	const char *why = NULL;
+	char own[PATH_MAX];
 	enum pverdict v;
 
 	ready();
 	if (mode == PM_OFF)
 		return 0;
-	v = policy_path_typed(pol, p, true, type, &why);
+	v = policy_path_typed(pol, own_proc(p, own), true, type, &why);
 	if (v == PV_UNTRACKED)
 		return 1;
 	if (v == PV_DENY)

@@ -7,6 +7,7 @@ exactly."""
 import json
 import os
 import stat
+import subprocess
 
 import pytest
 
@@ -189,6 +190,33 @@ def test_writing_a_character_device_opens_no_session(shim):
     assert proc.stdout.split() == [b"1"], proc.stdout
     log = [json.loads(line) for line in shim.txreplay("log", "--json", shim.journal).stdout.splitlines()]
     assert any((r.get("path") or "").endswith("/written.txt") for r in log), "the file's creation was not journaled"
+
+
+def test_own_proc_files_through_self_are_writable(shim):
+    """/proc/self and /proc/thread-self are symlinks the shim resolves; the
+    policy still sees a process's own files by those names (default.ini
+    leaves them untracked: the JVM writes /proc/self/coredump_filter at its
+    start). Another process's files under /proc stay outside the roots."""
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        with open(f"/proc/{other.pid}/comm", "rb") as f:
+            comm = f.read()
+        script = b"import os, threading; " \
+                 b"open('/proc/self/coredump_filter', 'w').write(open('/proc/self/coredump_filter').read()); " \
+                 b"open('/proc/thread-self/comm', 'w').write('own'); " \
+                 b"t = threading.Thread(target=lambda: open('/proc/thread-self/comm', 'w').write('thread')); " \
+                 b"t.start(); t.join(); print(open('/proc/self/comm').read().strip()); " \
+                 b"open('/proc/%d/comm', 'w').write('theirs')" % other.pid
+        proc = shim.sh(b"%s -c \"%s\"; true" % (PY.encode(), script), refusals_ok=True)
+        assert proc.stdout.split() == [b"own"], proc
+        lines = [line for line in proc.stderr.splitlines() if line.startswith(b"ftsbx: ")]
+        assert lines == [b"ftsbx: refused '/proc/%d/comm': Permission denied (outside the writable roots)"
+                         % other.pid], proc.stderr
+        with open(f"/proc/{other.pid}/comm", "rb") as f:
+            assert f.read() == comm
+    finally:
+        other.kill()
+        other.wait()
 
 
 # --- signals: the session's own processes, orphans included ------------------------
