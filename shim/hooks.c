@@ -6,7 +6,9 @@
  * to the real call to fail; any other failure to journal refuses the call:
  * nothing changes unjournaled.
  */
+#include <stddef.h>
 #include <string.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include "shim.h"
 
@@ -629,6 +631,25 @@ HIDDEN int pre_create(int dirfd, const char *path)
 		err = jcap_create(g, shim_txn(), p);
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
+}
+
+/* bind() of a Unix socket to a path makes a file there: a creation
+ * (python's multiprocessing forkserver, a test server's socket). An
+ * abstract or unnamed address, or another family, makes none. */
+HIDDEN int pre_bind(const struct sockaddr *sa, socklen_t len)
+{
+	const struct sockaddr_un *un = (const struct sockaddr_un *)sa;
+	const size_t off = offsetof(struct sockaddr_un, sun_path);
+	char p[sizeof(un->sun_path) + 1];
+	size_t n;
+
+	if (!sa || len <= off || sa->sa_family != AF_UNIX || !un->sun_path[0])
+		return 0;
+	n = len - off < sizeof(un->sun_path) ? len - off : sizeof(un->sun_path);
+	n = strnlen(un->sun_path, n);
+	memcpy(p, un->sun_path, n);
+	p[n] = 0;
+	return pre_create(AT_FDCWD, p);
 }
 
 /* A new symlink may stand where a directory stood: it ends the cached

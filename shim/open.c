@@ -275,6 +275,7 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_tgkill:     return guard_signal((pid_t)a[0], I(2));
 	case SYS_pidfd_send_signal: return guard_pidfd(I(0), I(1));
 	case SYS_connect:    return guard_connect((const struct sockaddr *)a[1], (socklen_t)a[2]);
+	case SYS_bind:       return pre_bind((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
 	case SYS_io_uring_setup: return no_io_uring();
 	}

@@ -116,6 +116,7 @@ HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
 HIDDEN int pre_remove(int dirfd, const char *path, int flags);
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags);
 HIDDEN int pre_create(int dirfd, const char *path);
+HIDDEN int pre_bind(const struct sockaddr *sa, socklen_t len);
 HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags);
 HIDDEN int pre_symlink(int dirfd, const char *path);
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);

@@ -486,6 +486,23 @@ MORE = {
     "shell_redirections": ([], b"echo a > n1; echo b >> n1; cat a.txt > secret; : > big.bin; >| sparse; "
                            b"exec 3>>hard1; echo more >&3; exec 4<>src/main.c; echo X >&4",
                            lambda sh: sh.read("n1") == b"a\nb\n" and sh.read("big.bin") == b""),
+    # bind() makes a file; multiprocessing's forkserver binds one in a
+    # directory of its own that it removes with everything in it
+    "unix_sockets_forkserver": ([], b"""cat > mpt.py <<'EOF'
+import multiprocessing as mp, os, socket
+def w(i):
+    open("mp" + str(i), "w").write(str(i))
+    return i
+if __name__ == "__main__":
+    os.mkdir("sockdir")
+    for name in ("sockdir/s", "top.sock", "\\0abstract"):
+        socket.socket(socket.AF_UNIX).bind(name)
+    os.unlink("sockdir/s")
+    with mp.get_context("forkserver").Pool(2) as p:
+        print(sum(p.map(w, range(4))))
+EOF
+%s mpt.py""" % PY.encode(),
+        lambda sh: stat.S_ISSOCK(os.lstat(sh.p("top.sock")).st_mode) and sh.read("mp3") == b"3"),
     "directory_swap": ([], b"mv src src.tmp && mkdir src && mv src.tmp src/old && ln -s src/old/main.c link",
                        lambda sh: _has(sh, "src/old/main.c") and os.readlink(sh.p("link")) == b"src/old/main.c"),
 }
