@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import subprocess
+import time
 
 import pytest
 
@@ -198,9 +199,13 @@ def test_own_proc_files_through_self_are_writable(shim):
     leaves them untracked: the JVM writes /proc/self/coredump_filter at its
     start). Another process's files under /proc stay outside the roots."""
     other = subprocess.Popen(["sleep", "60"])
+    comm = f"/proc/{other.pid}/comm"
     try:
-        with open(f"/proc/{other.pid}/comm", "rb") as f:
-            comm = f.read()
+        for _ in range(500):            # until the child has exec'd sleep
+            with open(comm, "rb") as f:
+                if f.read() == b"sleep\n":
+                    break
+            time.sleep(0.01)
         script = b"import os, threading; " \
                  b"open('/proc/self/coredump_filter', 'w').write(open('/proc/self/coredump_filter').read()); " \
                  b"open('/proc/thread-self/comm', 'w').write('own'); " \
@@ -212,8 +217,8 @@ def test_own_proc_files_through_self_are_writable(shim):
         lines = [line for line in proc.stderr.splitlines() if line.startswith(b"ftsbx: ")]
         assert lines == [b"ftsbx: refused '/proc/%d/comm': Permission denied (outside the writable roots)"
                          % other.pid], proc.stderr
-        with open(f"/proc/{other.pid}/comm", "rb") as f:
-            assert f.read() == comm
+        with open(comm, "rb") as f:
+            assert f.read() == b"sleep\n"
     finally:
         other.kill()
         other.wait()
