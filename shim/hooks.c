@@ -252,11 +252,21 @@ static void lock_paths(struct jseg *g, const char *a, const char *b)
 		jlock_paths(g->s, &held, a, b);
 }
 
+/* A rename of a directory or a symlink bumps the namespace generation
+ * before it and again once it is done (set here, bumped by shim_unlock
+ * after the real call): a cwd read in between (path.c) is read again. */
+static __thread bool bump_after __attribute__((tls_model("initial-exec")));
+
 HIDDEN void shim_unlock(void)
 {
-	if (held.n) {
+	if (held.n || bump_after) {
 		int e = errno;
-		junlock(&held);
+		if (held.n)
+			junlock(&held);
+		if (bump_after) {
+			bump_after = false;
+			bump_namespace();
+		}
 		errno = e;
 	}
 }
@@ -593,8 +603,10 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 	fdcache_forget(from);
 	fdcache_forget(to);
 	if ((wf == 1 && wt == 1) || (untracked(from) && untracked(to))) {
-		if (moves_lookups(from) || moves_lookups(to))
+		if (moves_lookups(from) || moves_lookups(to)) {
 			bump_namespace();
+			bump_after = true;
+		}
 		return 0;       /* both untracked: not journaled */
 	}
 	err = journal_err(shim_segment(&g));
@@ -603,8 +615,10 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 
 		lock_paths(g, from, to);
 		err = jcap_rename(g, shim_txn(), from, to, flags, &dirs);
-		if (dirs)       /* a file's new name changes no other path's lookup */
+		if (dirs) {     /* a file's new name changes no other path's lookup */
 			bump_namespace();
+			bump_after = true;
+		}
 	}
 	return err ? refuse_unjournaled(from, err) : 0;
 }

@@ -22,11 +22,34 @@
 static char cwd_buf[2][PATH_MAX];
 static size_t cwd_len[2];
 static int cwd_cur = -1;        /* -1: not read yet (read at first need) */
+/* The session's namespace generation + 1 when the cwd was read (0: no
+ * session open then). Another process may rename a directory above this
+ * one's cwd (bash's `mv ../d ../e` from inside d): every such rename bumps
+ * the generation, before and after it (hooks.c), and a relative path then
+ * reads the cwd again instead of joining it to a name that is gone. */
+static uint64_t cwd_gen;
+
+static uint64_t ns_gen(void)
+{
+	return shim.session_open ? __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE) + 1 : 0;
+}
+
+/* Read again when never read, or when a directory may have moved since
+ * (not in a vfork child: the cache is its parent's). */
+static void cwd_check(void)
+{
+	if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
+		cwd_refresh();
+	else if (shim.session_open && __atomic_load_n(&cwd_gen, __ATOMIC_RELAXED) != ns_gen() &&
+		 !txn_vfork_child())
+		cwd_refresh();
+}
 
 HIDDEN void cwd_refresh(void)
 {
 	int next = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) != 0 ? 0 : 1;
 
+	__atomic_store_n(&cwd_gen, ns_gen(), __ATOMIC_RELAXED);
 	if (!getcwd(cwd_buf[next], PATH_MAX))
 		cwd_buf[next][0] = 0;
 	cwd_len[next] = strlen(cwd_buf[next]);
@@ -36,8 +59,7 @@ HIDDEN void cwd_refresh(void)
 /* The cached cwd (read now if never read), or NULL. */
 HIDDEN const char *cwd_get(void)
 {
-	if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
-		cwd_refresh();
+	cwd_check();
 	const char *c = cwd_buf[__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE)];
 	return *c ? c : NULL;
 }
@@ -335,8 +357,7 @@ HOT HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, con
 		}
 	} else {
 		if (dirfd == AT_FDCWD) {
-			if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
-				cwd_refresh();
+			cwd_check();
 			int i = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE);
 			if (!cwd_buf[i][0])
 				return -ENOENT;

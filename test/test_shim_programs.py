@@ -503,6 +503,14 @@ if __name__ == "__main__":
 EOF
 %s mpt.py""" % PY.encode(),
         lambda sh: stat.S_ISSOCK(os.lstat(sh.p("top.sock")).st_mode) and sh.read("mp3") == b"3"),
+    # another process renames the directory a shell (or python) works in;
+    # the relative names that follow land in it under its new name
+    "cwd_renamed_by_a_child": ([], b"mkdir d && cd d && mv ../d ../e && echo x > f && mkdir g && cd .. && "
+                               b"rm -rf e/g && cd src && mv ../src ../src2 && rm main.c && "
+                               b"%s -c 'import os; os.system(\"mv ../src2 ../src3\"); open(\"p\", \"w\").write(\"y\")'"
+                               % PY.encode(),
+                               lambda sh: sh.read("e/f") == b"x\n" and sh.read("src3/p") == b"y"
+                               and not _has(sh, "src3/main.c")),
     "directory_swap": ([], b"mv src src.tmp && mkdir src && mv src.tmp src/old && ln -s src/old/main.c link",
                        lambda sh: _has(sh, "src/old/main.c") and os.readlink(sh.p("link")) == b"src/old/main.c"),
 }
