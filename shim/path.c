@@ -187,9 +187,10 @@ HOT static ssize_t normal_len(const char *p)
  * no hook sees it and the number may come back for another file. Entries
  * are also dropped when their fd is closed or duplicated over (fdguard.c)
  * and when this process removes or renames their path or a directory above
- * it. A directory renamed by another process while this one holds it open
- * is not seen: the path recorded is then the old one (a documented limit).
- * Each entry is a seqlock: a reader never takes a half-written path.
+ * it. An entry taken before the session's namespace generation moved on
+ * (another process renamed a directory: maybe this one, or one above it)
+ * is read again from /proc. Each entry is a seqlock: a reader never takes a
+ * half-written path.
  */
 #define FDC_N 64
 static struct fdc {
@@ -198,6 +199,7 @@ static struct fdc {
 	dev_t dev;
 	ino_t ino;
 	size_t len;            /* of its path, in fdc_path */
+	uint64_t ns;           /* ns_gen() when the path was taken */
 } fdc[FDC_N];
 /* The paths apart, so that the entries a close looks at (fd % FDC_N) lie
  * in 2 KiB, not one per page. */
@@ -212,6 +214,7 @@ static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *
 		e->dev = st->st_dev;
 		e->ino = st->st_ino;
 		e->len = n;
+		e->ns = ns_gen();
 		memcpy(fdc_path[e - fdc], p, n);
 		fdc_path[e - fdc][n] = 0;
 	}
@@ -272,6 +275,8 @@ HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
 		return false;
 	dev = e->dev;
 	ino = e->ino;
+	if (shim.session_open && e->ns != ns_gen())
+		return false;   /* a directory moved since: its path is read again */
 	n = e->len < PATH_MAX ? e->len : PATH_MAX - 1;   /* a torn read stays in bounds */
 	memcpy(out, fdc_path[e - fdc], n);
 	out[n] = 0;
@@ -294,6 +299,8 @@ HIDDEN int path_fd(char out[PATH_MAX], int fd)
 	out[n] = 0;
 	if (out[0] != '/')
 		return -ENOENT;        /* a pipe, socket or anonymous inode */
+	if (__atomic_load_n(&fdc[(unsigned)fd % FDC_N].fd, __ATOMIC_RELAXED) == fd && !txn_vfork_child())
+		fdcache_put(fd, out);   /* its entry was stale: the path as it is now */
 	return 0;
 }
 

@@ -511,6 +511,21 @@ EOF
                                % PY.encode(),
                                lambda sh: sh.read("e/f") == b"x\n" and sh.read("src3/p") == b"y"
                                and not _has(sh, "src3/main.c")),
+    # ... and a process holding a directory's descriptor, then working
+    # through it (the *at calls)
+    "dirfd_renamed_by_a_child": ([], b"""cat > fdw.py <<'EOF'
+import os
+fd = os.open("src", os.O_RDONLY | os.O_DIRECTORY)
+os.system("mv src src2")
+os.close(os.open("made", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+os.mkdir("dir", dir_fd=fd)
+os.unlink("main.c", dir_fd=fd)
+os.rename("mid.bin", "mid2.bin", src_dir_fd=fd, dst_dir_fd=fd)
+os.chmod("made", 0o640, dir_fd=fd)
+EOF
+%s fdw.py""" % PY.encode(),
+                                 lambda sh: _has(sh, "src2/made") and _has(sh, "src2/dir")
+                                 and _has(sh, "src2/mid2.bin") and not _has(sh, "src2/main.c")),
     "directory_swap": ([], b"mv src src.tmp && mkdir src && mv src.tmp src/old && ln -s src/old/main.c link",
                        lambda sh: _has(sh, "src/old/main.c") and os.readlink(sh.p("link")) == b"src/old/main.c"),
 }
