@@ -1,0 +1,95 @@
+"""Idioms of real tools beyond test_shim_programs.py, each run under the
+shim, checked for what it did, rewound and compared with the whole tree as
+it was (Shim.roundtrip): space management (fallocate's modes), ACLs and
+xattrs, editors' save dances, perl's and python's and node's and java's file
+APIs, patch, archives with symlinked directories, async subprocesses."""
+import os
+import shutil
+
+import pytest
+
+from test_shim_lib import PY, Shim
+
+PYB = PY.encode()
+
+
+@pytest.fixture
+def shim(populated):
+    return Shim(populated)
+
+
+def size(sh, rel):
+    return os.lstat(sh.p(rel)).st_size
+
+
+IDIOMS = {
+    "fallocate_modes": (["fallocate"],
+                        b"fallocate -p -o 4096 -l 8192 big.bin && fallocate -z -o 0 -l 100 src/mid.bin && "
+                        b"fallocate -c -o 0 -l 4096 sparse && fallocate -i -o 0 -l 4096 src/main.c && "
+                        b"fallocate -l 1M newf",
+                        lambda sh: size(sh, "newf") == 1 << 20 and sh.read("src/mid.bin")[:100] == bytes(100)),
+    "sed_perl_backups": (["perl"], b"sed -i.bak 's/hello/bye/' a.txt && perl -i.orig -pe 's/leaf/LEAF/' "
+                         b"src/deep/er/est/leaf.txt",
+                         lambda sh: sh.read("a.txt.bak") == b"hello\n" and sh.exists("src/deep/er/est/leaf.txt.orig")),
+    "cp_mv_backups": ([], b"cp --backup=numbered a.txt secret && cp --backup=numbered a.txt secret && "
+                      b"mv -b script.sh suid",
+                      lambda sh: sh.exists("secret.~2~") and sh.exists("suid~") and not sh.exists("script.sh")),
+    "acl_and_xattrs": (["setfacl", "setfattr"],
+                       b"setfacl -m u:1000:rw a.txt && setfattr -n user.k -v v secret && "
+                       b"setfattr -x user.comment xattr.txt && setfacl -m d:u:1000:r src && setfacl -b empty",
+                       lambda sh: os.getxattr(sh.p("secret"), "user.k") == b"v"),
+    "editor_swap_save": ([], b"cp a.txt .a.txt.swp && echo edit >> .a.txt.swp && mv a.txt a.txt~ && "
+                         b"mv .a.txt.swp a.txt && rm a.txt~ && ln -s a.txt b.lnk && "
+                         b"sed -i --follow-symlinks s/edit/E/ b.lnk",
+                         lambda sh: sh.read("a.txt") == b"hello\nE\n" and os.path.islink(sh.p("b.lnk"))),
+    "perl_file_api": (["perl"], b"perl -e 'use File::Path qw(remove_tree make_path); use File::Copy; "
+                      b"remove_tree(\"src\"); make_path(\"a/b\"); copy(\"secret\", \"a/b/s\"); move(\"a.txt\", \"a/m\"); "
+                      b"unlink \"empty\"; rename \"sym\", \"sym2\"; chmod 0600, \"script.sh\"; utime 1, 2, \"suid\"; "
+                      b"truncate \"big.bin\", 3'",
+                      lambda sh: not sh.exists("src") and sh.read("a/m") == b"hello\n" and size(sh, "big.bin") == 3),
+    "python_archives_and_moves": ([], b"%s -c 'import tarfile, zipfile, os, shutil; t = tarfile.open(\"t.tgz\", \"w:gz\"); "
+                                  b"t.add(\"src\"); t.close(); z = zipfile.ZipFile(\"z.zip\", \"w\"); z.write(\"a.txt\"); "
+                                  b"z.close(); os.remove(\"a.txt\"); shutil.rmtree(\"src\"); tarfile.open(\"t.tgz\").extractall(); "
+                                  b"zipfile.ZipFile(\"z.zip\").extractall(); shutil.move(\"src\", \"moved\"); "
+                                  b"shutil.copy2(\"secret\", \"moved/s2\")'" % PYB,
+                                  lambda sh: sh.exists("moved/deep/er/est/leaf.txt") and sh.read("a.txt") == b"hello\n"),
+    "python_asyncio_subprocesses": ([], b"%s -c 'import asyncio\nasync def m():\n"
+                                    b"  p = await asyncio.create_subprocess_shell(\"rm -rf src && echo x > a.txt\"); await p.wait()\n"
+                                    b"  p = await asyncio.create_subprocess_exec(\"mv\", \"secret\", \"s2\"); await p.wait()\n"
+                                    b"asyncio.run(m())'" % PYB,
+                                    lambda sh: not sh.exists("src") and sh.exists("s2")),
+    "node_fs_api": (["node"], b"node -e 'const fs=require(\"fs\"); fs.rmSync(\"src\", {recursive:true}); "
+                    b"fs.cpSync(\"private\", \"p2\", {recursive:true}); fs.writeFileSync(\"a.txt\", \"node\"); "
+                    b"fs.appendFileSync(\"secret\", \"x\"); fs.renameSync(\"empty\", \"e2\"); fs.symlinkSync(\"a.txt\", \"nl\"); "
+                    b"fs.chmodSync(\"script.sh\", 0o600); fs.mkdirSync(\"n/m\", {recursive:true}); fs.truncateSync(\"big.bin\", 10)'",
+                    lambda sh: sh.read("a.txt") == b"node" and sh.exists("p2/notes") and size(sh, "big.bin") == 10),
+    "java_nio": (["javac", "java"],
+                 b"mkdir -p j && printf 'import java.nio.file.*; public class H { public static void main(String[] a) "
+                 b"throws Exception { Files.writeString(Path.of(\"jo.txt\"), \"hi\"); Files.delete(Path.of(\"secret\")); "
+                 b"Files.move(Path.of(\"a.txt\"), Path.of(\"j/a\")); } }' > j/H.java && cd j && javac -d . H.java && "
+                 b"cd .. && java -cp j H",
+                 lambda sh: sh.read("jo.txt") == b"hi" and not sh.exists("secret") and sh.exists("j/a")),
+    "patch_forward_back": (["patch", "diff"],
+                           b"cp a.txt a.new && echo more >> a.new && (diff -u a.txt a.new > p.diff || true) && "
+                           b"patch -s a.txt < p.diff && patch -s -R a.txt < p.diff && patch -s -b a.txt < p.diff",
+                           lambda sh: sh.read("a.txt") == b"hello\nmore\n" and sh.read("a.txt.orig") == b"hello\n"),
+    "tar_symlinked_directories": (["tar"], b"mkdir -p t/real && ln -s real t/link && echo x > t/real/f && "
+                                  b"tar cf ../ts.tar t && rm -rf t && tar xf ../ts.tar && rm t/link && mv t/real t/link",
+                                  lambda sh: sh.read("t/link/f") == b"x\n"),
+    "special_files_removed": ([], b"mkdir -p sd && mkfifo sd/ff && mknod sd/null c 1 3 && "
+                              b"%s -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sd/sk\")' && rm -rf sd && "
+                              b"rm fifo" % PYB,
+                              lambda sh: not sh.exists("sd") and not sh.exists("fifo")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IDIOMS))
+def test_idiom(shim, name):
+    progs, script, did = IDIOMS[name]
+    missing = [p for p in progs if not shutil.which(p)]
+    if missing:
+        pytest.skip(f"not installed: {' '.join(missing)}")
+
+    def check(proc):
+        assert did(shim), f"{name}: the program did not do its work\nstderr: {proc.stderr[-2000:]!r}"
+    shim.roundtrip(script, check, timeout=300)
