@@ -4,7 +4,6 @@ it was (Shim.roundtrip): space management (fallocate's modes), ACLs and
 xattrs, editors' save dances, perl's and python's and node's and java's file
 APIs, patch, archives with symlinked directories, async subprocesses."""
 import os
-import shutil
 
 import pytest
 
@@ -85,11 +84,4 @@ IDIOMS = {
 
 @pytest.mark.parametrize("name", sorted(IDIOMS))
 def test_idiom(shim, name):
-    progs, script, did = IDIOMS[name]
-    missing = [p for p in progs if not shutil.which(p)]
-    if missing:
-        pytest.skip(f"not installed: {' '.join(missing)}")
-
-    def check(proc):
-        assert did(shim), f"{name}: the program did not do its work\nstderr: {proc.stderr[-2000:]!r}"
-    shim.roundtrip(script, check, timeout=300)
+    shim.program_case(name, IDIOMS[name])

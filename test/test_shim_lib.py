@@ -9,6 +9,7 @@ run, check the tree changed, rewind, snapshot again, identical, verify ok.
 """
 import contextlib
 import os
+import shutil
 import subprocess
 import time
 
@@ -144,6 +145,18 @@ class Shim:
         assert_same(before, self.snap())
         self.verify()
         return proc
+
+    def program_case(self, name, case):
+        """CASE: (programs it needs, script, DID(shim): did it do its work).
+        Skipped when a program is not installed; else the round trip."""
+        progs, script, did = case
+        missing = [p for p in progs if not shutil.which(p)]
+        if missing:
+            pytest.skip(f"not installed: {' '.join(missing)}")
+
+        def check(proc):
+            assert did(self), f"{name}: the program did not do its work\nstderr: {proc.stderr[-2000:]!r}"
+        return self.roundtrip(script, check, timeout=300)
 
     def read(self, rel):
         with open(self.p(rel), "rb") as f:

@@ -533,11 +533,4 @@ EOF
 
 @pytest.mark.parametrize("name", sorted(MORE))
 def test_more_programs(shim, name):
-    progs, script, did = MORE[name]
-    missing = [p for p in progs if not shutil.which(p)]
-    if missing:
-        pytest.skip(f"not installed: {' '.join(missing)}")
-
-    def check(proc):
-        assert did(shim), f"{name}: the program did not do its work\nstderr: {proc.stderr[-2000:]!r}"
-    shim.roundtrip(script, check, timeout=300)
+    shim.program_case(name, MORE[name])
