@@ -146,6 +146,22 @@ def test_host_dup2_onto_high_fds(shim):
     shim.roundtrip(b"ulimit -n 4096 && %s a.txt newfile" % exe, check)
 
 
+def test_host_reuses_directory_numbers_closed_inside_libc(shim):
+    """closedir and fclose close inside libc, where no hook sees it; the
+    numbers come back for other directories, and what is made, changed and
+    removed through them is journaled under the right paths."""
+    exe = shim.gcc("fdreuse", "fdreuse.c")
+    for rel, data in (("b/gone", b"g"), ("b/kept", b"k"), ("c/x", b"x")):
+        shim.write(rel, data)
+    os.mkdir(shim.p("a"))
+
+    def check(_):
+        assert shim.read("b/made-in-b") == b"b\n" and shim.exists("b/dir-in-b")
+        assert not shim.exists("b/gone") and shim.read("b/from-c") == b"x"
+        assert os.readlink(shim.p("c/link-in-c")) == b"kept" and shim.exists("started")
+    shim.roundtrip(b"%s a b c" % exe, check)
+
+
 def test_host_constructor_writes_before_main(shim):
     bindir = os.path.join(shim.base, b"bin")
     shim.gcc("libctor.so", "ctorlib.c", flags=["-shared", "-fPIC"])

@@ -1,0 +1,71 @@
+/*
+ * fdreuse.c - a host whose directory descriptors are closed where no hook
+ * sees it (glibc's closedir and fclose close inside libc) and whose numbers
+ * then come back, through dup(), for other directories: the *at calls
+ * through the new descriptor must be journaled under the new directory's
+ * path, not the one the number named before.
+ *
+ * usage: fdreuse A B C   (three directories; creates, changes and removes
+ * entries in B and C through reused numbers)
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int dir_fd(const char *p)
+{
+	int fd = open(p, O_RDONLY | O_DIRECTORY);
+
+	if (fd < 0)
+		perror(p);
+	return fd;
+}
+
+/* A duplicate of FD on the number WANT (the lowest free one). */
+static int dup_onto_freed(int fd, int want)
+{
+	int n = dup(fd);
+
+	if (n != want) {
+		fprintf(stderr, "fdreuse: dup gave %d, not the freed %d\n", n, want);
+		return -1;
+	}
+	return n;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4)
+		return 2;
+	/* a change first: the session is open before any descriptor is kept */
+	int s = open("started", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (s < 0 || close(s) < 0)
+		return 1;
+	int b = dir_fd(argv[2]), c = dir_fd(argv[3]);
+	/* A through open (the shim keeps its path), closed by closedir */
+	int a = dir_fd(argv[1]);
+	DIR *d = a >= 0 ? fdopendir(a) : NULL;
+	if (b < 0 || c < 0 || !d || closedir(d) < 0)
+		return 1;
+	/* A's number comes back as a duplicate of B */
+	int b2 = dup_onto_freed(b, a);
+	if (b2 < 0)
+		return 1;
+	int fd = openat(b2, "made-in-b", O_WRONLY | O_CREAT | O_EXCL, 0640);
+	if (fd < 0 || write(fd, "b\n", 2) != 2 || close(fd) < 0 ||
+	    mkdirat(b2, "dir-in-b", 0750) < 0 || unlinkat(b2, "gone", 0) < 0 ||
+	    fchmodat(b2, "kept", 0600, 0) < 0)
+		return 1;
+	/* B's number, kept too, closed by fclose of a stream on it */
+	FILE *f = fdopen(b, "r");
+	if (!f || fclose(f) != 0)
+		return 1;
+	int c2 = dup_onto_freed(c, b);
+	if (c2 < 0)
+		return 1;
+	if (renameat(c2, "x", b2, "from-c") < 0 || symlinkat("kept", c2, "link-in-c") < 0)
+		return 1;
+	return close(b2) || close(c2) || close(c);
+}
