@@ -148,10 +148,10 @@ def test_host_dup2_onto_high_fds(shim):
 
 def test_host_reuses_directory_numbers_closed_inside_libc(shim):
     """closedir and fclose close inside libc, where no hook sees it; the
-    numbers come back for other directories, and what is made, changed and
-    removed through them is journaled under the right paths."""
+    numbers come back for other directories and files, and what is made,
+    changed and removed through them is journaled under the right paths."""
     exe = shim.gcc("fdreuse", "fdreuse.c")
-    for rel, data in (("b/gone", b"g"), ("b/kept", b"k"), ("c/x", b"x")):
+    for rel, data in (("b/gone", b"g"), ("b/kept", b"k"), ("b/other", b"other"), ("c/x", b"x")):
         shim.write(rel, data)
     os.mkdir(shim.p("a"))
 
@@ -159,6 +159,7 @@ def test_host_reuses_directory_numbers_closed_inside_libc(shim):
         assert shim.read("b/made-in-b") == b"b\n" and shim.exists("b/dir-in-b")
         assert not shim.exists("b/gone") and shim.read("b/from-c") == b"x"
         assert os.readlink(shim.p("c/link-in-c")) == b"kept" and shim.exists("started")
+        assert shim.read("b/other") == b"o" and os.stat(shim.p("b/other")).st_mode & 0o777 == 0o604
     shim.roundtrip(b"%s a b c" % exe, check)
 
 

@@ -3,10 +3,13 @@
  * sees it (glibc's closedir and fclose close inside libc) and whose numbers
  * then come back, through dup(), for other directories: the *at calls
  * through the new descriptor must be journaled under the new directory's
- * path, not the one the number named before.
+ * path, not the one the number named before. And a file's: a stream
+ * fopen opens (inside libc) on the number of a file closed by fclose, then
+ * changed through its descriptor (fchmod, ftruncate).
  *
  * usage: fdreuse A B C   (three directories; creates, changes and removes
- * entries in B and C through reused numbers)
+ * entries in B and C through reused numbers, and B/kept and B/other
+ * through a reused file number)
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -66,6 +69,21 @@ int main(int argc, char **argv)
 	if (c2 < 0)
 		return 1;
 	if (renameat(c2, "x", b2, "from-c") < 0 || symlinkat("kept", c2, "link-in-c") < 0)
+		return 1;
+	/* a file kept by the shim, closed by fclose; fopen's own open takes
+	 * its number for another file, changed through the descriptor */
+	int k = openat(b2, "kept", O_WRONLY | O_APPEND);
+	FILE *kf = k >= 0 ? fdopen(k, "a") : NULL;
+	if (!kf || fclose(kf) != 0)
+		return 1;
+	if (fchdir(b2) < 0)
+		return 1;
+	FILE *o = fopen("other", "r+");
+	if (!o || fileno(o) != k) {
+		fprintf(stderr, "fdreuse: fopen did not take the freed %d\n", k);
+		return 1;
+	}
+	if (fchmod(fileno(o), 0604) < 0 || ftruncate(fileno(o), 1) < 0 || fclose(o) != 0)
 		return 1;
 	return close(b2) || close(c2) || close(c);
 }
