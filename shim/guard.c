@@ -387,11 +387,16 @@ static const char *own_proc(const char *p, char buf[PATH_MAX])
 	return buf;
 }
 
-/* 0: journal it; 1: allowed, not journaled (untracked); else the errno. */
-HIDDEN int guard_write(const char *op, const char *p, mode_t type)
+/* 0: journal it; 1: allowed, not journaled (untracked); else the errno.
+ * CREATE: P is to be made (mkdir, mknod, symlink, a link's new name, bind);
+ * where the rules refuse it but it is there already, the call changes
+ * nothing and fails with the kernel's EEXIST, so it is let through (1), not
+ * refused: mkdir -p tries every ancestor, /dev on its way to /dev/shm/x. */
+static int judge_write(const char *op, const char *p, mode_t type, bool create)
 {
 	const char *why = NULL;
 	char own[PATH_MAX];
+	struct stat st;
 	enum pverdict v;
 
 	ready();
@@ -401,8 +406,18 @@ HIDDEN int guard_write(const char *op, const char *p, mode_t type)
 	if (v == PV_UNTRACKED)
 		return 1;
 	if (v == PV_DENY)
-		return refuse(op, p, NULL, NULL, why, EACCES);
+		return create && lstat(p, &st) == 0 ? 1 : refuse(op, p, NULL, NULL, why, EACCES);
 	return 0;
+}
+
+HIDDEN int guard_write(const char *op, const char *p, mode_t type)
+{
+	return judge_write(op, p, type, false);
+}
+
+HIDDEN int guard_create(const char *p)
+{
+	return judge_write("create", p, 0, true);
 }
 
 /* A shell started with -c whose string the policy refuses for one of its

@@ -635,7 +635,7 @@ HIDDEN int pre_create(int dirfd, const char *path)
 	canonical_parent(p);
 	if ((err = off_limits_change("create", p)))
 		return err;
-	if ((err = guard_write("create", p, 0)))
+	if ((err = guard_create(p)))
 		return err == 1 ? 0 : err;
 	if (untracked(p))
 		return 0;

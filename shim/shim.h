@@ -198,6 +198,7 @@ HIDDEN bool guard_audit(void);         /* audit mode: refusals recorded, not mad
 HIDDEN void guard_ready(void);         /* the mapped policy checked (once), before a first record */
 HIDDEN int guard_read(const char *p);
 HIDDEN int guard_write(const char *op, const char *p, mode_t type);
+HIDDEN int guard_create(const char *p);    /* guard_write of a new name */
 HIDDEN int guard_exec(const char *file, char *const argv[]);
 HIDDEN int guard_signal(pid_t target, int sig);
 HIDDEN int guard_pidfd(int pidfd, int sig);
