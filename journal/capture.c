@@ -1134,6 +1134,13 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 			return errno == ENOENT ? 0 : -errno;    /* an exchange needs both */
 		*dirs |= names_dir(&tst);
 	}
+	/* Across filesystems the kernel refuses (EXDEV) and changes nothing;
+	 * mv then copies and removes, each journaled on its own. A record of
+	 * the rename would claim a move that never happened. */
+	char dir[PATH_MAX];
+	if ((lstat(to, &tst) == 0 || (jpath_parent(to, dir) && lstat(dir, &tst) == 0)) &&
+	    tst.st_dev != st.st_dev)
+		return 0;
 	dedup_bump(g->s);
 	if (!(flags & (RENAME_EXCHANGE | RENAME_NOREPLACE))) {
 		if (lstat(to, &tst) == 0) {

@@ -2,7 +2,8 @@
 shim, checked for what it did, rewound and compared with the whole tree as
 it was (Shim.roundtrip): space management (fallocate's modes), ACLs and
 xattrs, editors' save dances, perl's and python's and node's and java's file
-APIs, patch, archives with symlinked directories, async subprocesses."""
+APIs, patch, archives with symlinked directories, async subprocesses, mv
+across filesystems."""
 import os
 
 import pytest
@@ -75,6 +76,14 @@ IDIOMS = {
     "tar_symlinked_directories": (["tar"], b"mkdir -p t/real && ln -s real t/link && echo x > t/real/f && "
                                   b"tar cf ../ts.tar t && rm -rf t && tar xf ../ts.tar && rm t/link && mv t/real t/link",
                                   lambda sh: sh.read("t/link/f") == b"x\n"),
+    # mv across filesystems: the rename fails with EXDEV (not journaled as
+    # one), then mv copies and removes; mkdir -p walks ancestors outside
+    # the writable roots (/dev) that exist already: no refusal
+    "mv_across_filesystems": ([], b"d=/dev/shm/ftsbx-test-$$ && mkdir -p $d/a/b && echo s > $d/a/b/f && "
+                              b"mv $d/a/b/f moved && mv src $d/src && mv $d/src src2 && mv a.txt $d/a.txt && "
+                              b"mv $d/a.txt a2.txt && rm -rf $d",
+                              lambda sh: sh.read("moved") == b"s\n" and sh.exists("src2/main.c")
+                              and sh.read("a2.txt") == b"hello\n" and not sh.exists("src")),
     "special_files_removed": ([], b"mkdir -p sd && mkfifo sd/ff && mknod sd/null c 1 3 && "
                               b"%s -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sd/sk\")' && rm -rf sd && "
                               b"rm fifo" % PYB,
