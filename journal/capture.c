@@ -1115,6 +1115,19 @@ static bool names_dir(const struct stat *st)
 	return S_ISDIR(st->st_mode) || S_ISLNK(st->st_mode);
 }
 
+/* A and B are on two mounts, which no rename crosses (EXDEV). Asked only
+ * where their st_dev differ: one mount can show several (overlayfs' layers,
+ * btrfs' subvolumes), and a rename across those may go through. */
+static bool mounts_differ(const char *a, const char *b)
+{
+	struct statx x, y;
+
+	if (statx(AT_FDCWD, a, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &x) < 0 ||
+	    statx(AT_FDCWD, b, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &y) < 0)
+		return false;
+	return (x.stx_mask & y.stx_mask & STATX_MNT_ID) && x.stx_mnt_id != y.stx_mnt_id;
+}
+
 int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags,
 		bool *dirs)
 {
@@ -1134,12 +1147,12 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 			return errno == ENOENT ? 0 : -errno;    /* an exchange needs both */
 		*dirs |= names_dir(&tst);
 	}
-	/* Across filesystems the kernel refuses (EXDEV) and changes nothing;
-	 * mv then copies and removes, each journaled on its own. A record of
-	 * the rename would claim a move that never happened. */
+	/* Across mounts the kernel refuses (EXDEV) and changes nothing; mv
+	 * then copies and removes, each journaled on its own. A record of the
+	 * rename would claim a move that never happened. */
 	char dir[PATH_MAX];
-	if ((lstat(to, &tst) == 0 || (jpath_parent(to, dir) && lstat(dir, &tst) == 0)) &&
-	    tst.st_dev != st.st_dev)
+	const char *there = lstat(to, &tst) == 0 ? to : jpath_parent(to, dir) && lstat(dir, &tst) == 0 ? dir : NULL;
+	if (there && tst.st_dev != st.st_dev && mounts_differ(from, there))
 		return 0;
 	dedup_bump(g->s);
 	if (!(flags & (RENAME_EXCHANGE | RENAME_NOREPLACE))) {
