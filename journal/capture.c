@@ -1142,26 +1142,25 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 	if (lstat(from, &st) < 0)
 		return errno == ENOENT ? 0 : -errno;    /* the call fails too */
 	*dirs = names_dir(&st);
-	if (flags & RENAME_EXCHANGE) {
-		if (lstat(to, &tst) < 0)
-			return errno == ENOENT ? 0 : -errno;    /* an exchange needs both */
+	int terr = lstat(to, &tst) == 0 ? 0 : errno;   /* one look at the target serves all below */
+	if (!terr)
 		*dirs |= names_dir(&tst);
-	}
+	if ((flags & RENAME_EXCHANGE) && terr)
+		return terr == ENOENT ? 0 : -terr;      /* an exchange needs both */
 	/* Across mounts the kernel refuses (EXDEV) and changes nothing; mv
 	 * then copies and removes, each journaled on its own. A record of the
 	 * rename would claim a move that never happened. */
 	char dir[PATH_MAX];
-	const char *there = lstat(to, &tst) == 0 ? to : jpath_parent(to, dir) && lstat(dir, &tst) == 0 ? dir : NULL;
-	if (there && tst.st_dev != st.st_dev && mounts_differ(from, there))
+	struct stat dst;
+	const char *there = !terr ? to : jpath_parent(to, dir) && lstat(dir, &dst) == 0 ? dir : NULL;
+	if (there && (!terr ? &tst : &dst)->st_dev != st.st_dev && mounts_differ(from, there))
 		return 0;
 	dedup_bump(g->s);
 	if (!(flags & (RENAME_EXCHANGE | RENAME_NOREPLACE))) {
-		if (lstat(to, &tst) == 0) {
-			*dirs |= names_dir(&tst);
+		if (!terr)
 			err = remove_known(g, txn, to, AT_FDCWD, to, &tst);     /* its inode is about to vanish */
-		} else if (errno != ENOENT) {
-			err = -errno;
-		}
+		else if (terr != ENOENT)
+			err = -terr;
 	}
 	if (!err)
 		err = parent_meta(g, txn, from);

@@ -59,10 +59,17 @@ static bool in_journal_dir(const char *p)
 	return false;
 }
 
-static void bump_namespace(void)
+/* Bump the session's shared counter K (the namespace generation, 3; the
+ * turns, J_CTR_TURNS): the caches of every process that read it are stale. */
+static void bump(unsigned k)
 {
 	if (shim.session_open)
-		__atomic_add_fetch(&shim.s.ctr[3], 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&shim.s.ctr[k], 1, __ATOMIC_SEQ_CST);
+}
+
+static void bump_namespace(void)
+{
+	bump(3);
 }
 
 /* The path with its directory part resolved by the kernel (symlinked
@@ -256,6 +263,12 @@ static void lock_paths(struct jseg *g, const char *a, const char *b)
  * before it and again once it is done (set here, bumped by shim_unlock
  * after the real call): a cwd read in between (path.c) is read again. */
 static __thread bool bump_after __attribute__((tls_model("initial-exec")));
+
+static void bump_namespace_around(void)
+{
+	bump_namespace();
+	bump_after = true;
+}
 
 HIDDEN void shim_unlock(void)
 {
@@ -603,10 +616,8 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 	fdcache_forget(from);
 	fdcache_forget(to);
 	if ((wf == 1 && wt == 1) || (untracked(from) && untracked(to))) {
-		if (moves_lookups(from) || moves_lookups(to)) {
-			bump_namespace();
-			bump_after = true;
-		}
+		if (moves_lookups(from) || moves_lookups(to))
+			bump_namespace_around();
 		return 0;       /* both untracked: not journaled */
 	}
 	err = journal_err(shim_segment(&g));
@@ -615,10 +626,8 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 
 		lock_paths(g, from, to);
 		err = jcap_rename(g, shim_txn(), from, to, flags, &dirs);
-		if (dirs) {     /* a file's new name changes no other path's lookup */
-			bump_namespace();
-			bump_after = true;
-		}
+		if (dirs)       /* a file's new name changes no other path's lookup */
+			bump_namespace_around();
 	}
 	return err ? refuse_unjournaled(from, err) : 0;
 }
@@ -720,8 +729,7 @@ HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
 		return err;
 	/* A file with a second name needs a record at each change (capture.c):
 	 * no thread may answer for it from what it saw of one name. */
-	if (shim.session_open)
-		__atomic_add_fetch(&shim.s.ctr[J_CTR_TURNS], 1, __ATOMIC_SEQ_CST);
+	bump(J_CTR_TURNS);
 	return pre_create(nd, n);
 }
 
