@@ -1,9 +1,9 @@
 /*
  * dedup.c - copy on first write (DESIGN.md invariant 2). A table in
- * SESSION/dedup, mapped shared by every process of the session, remembers
+ * SESSION/dedup2, mapped shared by every process of the session, remembers
  * for each (generation, path) the transaction that wrote its last record
  * and at which level, so that later changes in that transaction cost no
- * record. Open addressing, linear probing, no lock: a slot is claimed by a
+ * record. Open addressing (probing a directory's page first, see DD_SPP), no lock: a slot is claimed by a
  * compare-and-swap on its state word and marked done only after its record
  * is written, so no process ever skips a capture whose record is not yet on
  * disk. Whenever the table cannot answer, it says "capture": capturing twice
@@ -35,9 +35,10 @@
 #include <unistd.h>
 #include "dedup.h"
 
-#define DD_FILE   "dedup"
-#define DD_SIZE   (4u << 20)    /* allocated whole: 174762 slots */
-#define DD_HDR    64            /* the session's salt, so a process never uses another session's table */
+#define DD_FILE   "dedup2"      /* "dedup" had the slots of one flat array */
+#define DD_SIZE   (4u << 20)    /* allocated whole */
+#define DD_PAGE   4096u         /* page 0: the session's salt, so a process never uses another session's table */
+#define DD_PAGES  (DD_SIZE / DD_PAGE - 1)
 #define DD_PROBE  512           /* a longer chain counts as a full table */
 #define DD_KEY    16
 
@@ -57,7 +58,22 @@ struct dslot {
 	uint8_t key[DD_KEY];
 };
 
-#define DD_SLOTS  ((DD_SIZE - DD_HDR) / sizeof(struct dslot))
+/* Slots are laid out page by page (DD_SPP to a page, none across two), and
+ * a path's probe sequence starts with the page of its directory (at its
+ * generation; a weak key's at its transaction too): the entries that a cp -r
+ * or a tar x adds in one directory share a page, so a process makes one page
+ * of the table its own, not one per file (a page fault each; a write fault
+ * on a shared file mapping is the dearest kind). A directory whose page is
+ * full goes on in the table at large, from a place of its key's. The
+ * sequence of a key is fixed and slots are never emptied, so every process
+ * finds a key's slot at the same place, as with one array. */
+#define DD_SPP    (DD_PAGE / sizeof(struct dslot))
+#define DD_SLOTS  (DD_PAGES * DD_SPP)
+
+static struct dslot *slot_at(uint8_t *base, size_t page, size_t i)
+{
+	return (struct dslot *)(void *)(base + (1 + page) * DD_PAGE + i * sizeof(struct dslot));
+}
 
 static uint8_t *dd_map;        /* this process's mapping of the current session's table */
 static uint64_t dd_failed;     /* salt prefix of a session whose table could not be had */
@@ -81,7 +97,7 @@ void dedup_bump(struct jsession *s)
 	__atomic_add_fetch(&s->ctr[2], 1, __ATOMIC_SEQ_CST);
 }
 
-/* Create SESSION/dedup whole: allocated under a temporary name (a page
+/* Create SESSION/dedup2 whole: allocated under a temporary name (a page
  * fault on a sparse shared mapping of a full disk would be a SIGBUS in the
  * host), then linked into place; losing the race to another process is
  * fine. Returns an open descriptor or -errno. */
@@ -106,7 +122,7 @@ static int create_table(struct jsession *s)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Map SESSION/dedup, creating it on first use. NULL when it cannot be had. */
+/* Map SESSION/dedup2, creating it on first use. NULL when it cannot be had. */
 static uint8_t *map_table(struct jsession *s)
 {
 	struct stat st;
@@ -125,14 +141,15 @@ static uint8_t *map_table(struct jsession *s)
 	close(fd);
 	if (m == MAP_FAILED)
 		return NULL;
-	memcpy(m, s->salt, J_SALT_LEN);         /* the same bytes from every process */
+	if (memcmp(m, s->salt, J_SALT_LEN))    /* the same bytes from every process: */
+		memcpy(m, s->salt, J_SALT_LEN); /* written once (a write fault is dear) */
 	return m;
 }
 
 /* This process's mapping of S's table, set up once. A process that moves to
  * another session (tests do) maps that one's and leaves the old mapping in
  * place, since another thread may still be probing it. */
-static struct dslot *table(struct jsession *s)
+static uint8_t *table(struct jsession *s)
 {
 	for (;;) {
 		uint8_t *cur = __atomic_load_n(&dd_map, __ATOMIC_ACQUIRE);
@@ -140,7 +157,7 @@ static struct dslot *table(struct jsession *s)
 		uint64_t id;
 
 		if (cur && !memcmp(cur, s->salt, J_SALT_LEN))
-			return (struct dslot *)(cur + DD_HDR);
+			return cur;
 		memcpy(&id, s->salt, sizeof(id));
 		if (__atomic_load_n(&dd_failed, __ATOMIC_RELAXED) == id)
 			return NULL;    /* tried once (a full disk): capture everything */
@@ -150,7 +167,7 @@ static struct dslot *table(struct jsession *s)
 			return NULL;
 		}
 		if (__atomic_compare_exchange_n(&dd_map, &cur, m, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return (struct dslot *)(m + DD_HDR);
+			return m;
 		munmap(m, DD_SIZE);
 	}
 }
@@ -166,6 +183,21 @@ static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, const char
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)&gen, sizeof(gen));
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)path, strlen(path));
 	crypto_generichash_blake2b_final(&h, key, DD_KEY);
+}
+
+/* The page a path's sequence starts on: a hash of its directory at GEN (and
+ * TXN for a weak key). Placement only: the key decides what matches. */
+static size_t dir_page(uint32_t txn, uint64_t gen, const char *path)
+{
+	const char *end = strrchr(path, '/');
+	uint64_t h = 0xcbf29ce484222325ull ^ gen ^ (gen == DEDUP_WEAK_GEN ? (uint64_t)txn << 32 : 0);
+
+	for (const char *p = path; p < end; p++)
+		h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ull;
+	h ^= h >> 32;
+	return (size_t)(h % DD_PAGES);
 }
 
 static bool writer_dead(uint64_t w)
@@ -250,12 +282,23 @@ static int probe_slot(struct dslot *sl, const uint8_t *key, struct dclaim *c)
 	return res;
 }
 
+/* C settled at the slot R came back with: true when the claim is over. */
+static bool settled(struct jsession *s, int r, struct dclaim *c, bool *skip)
+{
+	if (r == SLOT_MINE && st_of(c->old) > DD_BUSY && txn_of(c->old) != c->txn)
+		__atomic_add_fetch(&s->ctr[J_CTR_TURNS], 1, __ATOMIC_SEQ_CST);
+	*skip = r == SLOT_SKIP;
+	return r != SLOT_OTHER;
+}
+
 bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *path,
 		 unsigned level, struct dclaim *c)
 {
-	struct dslot *t = table(s);
+	uint8_t *t = table(s);
 	uint8_t key[DD_KEY];
-	uint64_t h;
+	uint64_t h, g;
+	size_t page;
+	bool skip;
 
 	c->word = NULL;
 	c->level = level;
@@ -264,13 +307,16 @@ bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *pat
 		return false;
 	make_key(key, txn, gen, path);
 	memcpy(&h, key, sizeof(h));
+	memcpy(&g, key + 8, sizeof(g));
+	page = dir_page(txn, gen, path);
+	for (size_t i = 0; i < DD_SPP; i++)
+		if (settled(s, probe_slot(slot_at(t, page, (h + i) % DD_SPP), key, c), c, &skip))
+			return skip;
 	for (size_t i = 0; i < DD_PROBE; i++) {
-		int r = probe_slot(&t[(h + i) % DD_SLOTS], key, c);
+		size_t k = (g + i) % DD_SLOTS;
 
-		if (r == SLOT_MINE && st_of(c->old) > DD_BUSY && txn_of(c->old) != txn)
-			__atomic_add_fetch(&s->ctr[J_CTR_TURNS], 1, __ATOMIC_SEQ_CST);
-		if (r != SLOT_OTHER)
-			return r == SLOT_SKIP;
+		if (settled(s, probe_slot(slot_at(t, k / DD_SPP, k % DD_SPP), key, c), c, &skip))
+			return skip;
 	}
 	return false;
 }

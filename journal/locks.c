@@ -197,13 +197,27 @@ int jshared_policy_put(struct jsession *s, uint32_t root, const void *p, size_t 
 	return err;
 }
 
-static unsigned stripe(const char *p, size_t n)
+static uint32_t fnv(const char *p, size_t n)
 {
 	uint32_t h = 2166136261u;       /* FNV-1a */
 
 	while (n--)
 		h = (h ^ (uint8_t)*p++) * 16777619u;
-	return h % JL_STRIPES;
+	return h;
+}
+
+/* The stripe of the path P (N bytes): a page of mutexes chosen by its
+ * directory, one of that page's by the whole path, so that the files a
+ * process changes in one directory lock on one page of the mapping (a write
+ * fault each page, the first time), not on as many as there are files. */
+static unsigned stripe(const char *p, size_t n)
+{
+	enum { PER = 4096 / sizeof(pthread_mutex_t), PAGES = JL_STRIPES / PER };
+	size_t d = n;
+
+	while (d > 1 && p[d - 1] != '/')
+		d--;
+	return fnv(p, d) % PAGES * PER + fnv(p, n) % PER;
 }
 
 /* Add the stripes of P and of its parent directory to L. */

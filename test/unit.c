@@ -27,6 +27,7 @@
 #include <cmocka.h>
 #include "../journal/journal.h"
 #include "../journal/internal.h"
+#include "../journal/dedup.h"
 
 static char scratch[256];
 
@@ -1339,6 +1340,63 @@ static void test_fork_child_of_a_mapped_writer(void **state)
 	jreader_close(&r);
 }
 
+/* Copy on first write across one directory's page of the table and past it
+ * (a page holds 170 slots): every path is captured once per transaction,
+ * the next transaction's change of it captures again, a failed record
+ * gives the slot back, and another process sees what this one claimed. */
+static bool claim(struct jsession *s, uint32_t txn, uint64_t gen, int i, bool ok)
+{
+	struct dclaim c;
+	char path[64];
+
+	snprintf(path, sizeof(path), "/w/one dir/f%04d", i);
+	if (dedup_claim(s, txn, gen, path, DL_FULL, &c))
+		return true;
+	dedup_done(&c, ok);
+	return false;
+}
+
+static void test_dedup_one_directory_past_its_page(void **state)
+{
+	enum { N = 1500 };
+	struct jsession s;
+	struct stat st;
+	char path[400];
+	uint64_t gen;
+	pid_t pid;
+	int status;
+
+	(void)state;
+	bare_session(0);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	gen = dedup_generation(&s);
+	for (int i = 0; i < N; i++)
+		assert_false(claim(&s, 7, gen, i, i % 100 != 5));
+	for (int i = 0; i < N; i++)         /* the failed ones once more */
+		assert_int_equal(claim(&s, 7, gen, i, true), i % 100 != 5);
+	for (int i = 0; i < N; i++)
+		assert_true(claim(&s, 7, gen, i, true));
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct jsession c;
+		int bad = jsession_open(&c, sdir(), NULL) != 0;
+		for (int i = 0; i < N && !bad; i++)
+			bad = !claim(&c, 7, gen, i, true) || (i % 2 && claim(&c, 8, gen, i, true));
+		_exit(bad);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_int_equal(status, 0);
+	for (int i = 0; i < N; i++)         /* the odd ones are transaction 8's now */
+		assert_int_equal(claim(&s, 7, gen, i, true), i % 2 == 0);
+	for (int i = 0; i < N; i++)         /* another generation starts afresh */
+		assert_false(claim(&s, 7, gen + 1, i, true));
+	jsession_close(&s);
+	snprintf(path, sizeof(path), "%s/dedup2", sdir());
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, 4 << 20);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1376,6 +1434,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_mapped_record_of_a_failed_or_killed_change, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_durable_session_never_maps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fork_child_of_a_mapped_writer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dedup_one_directory_past_its_page, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
