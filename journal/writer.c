@@ -479,7 +479,11 @@ void jseg_close(struct jseg *g)
 }
 
 #define MAP_AFTER  16                   /* records written with write(2) before a lane is mapped */
-#define MAP_WINDOW (16u << 10)          /* bytes a window grows the file by */
+#define MAP_WINDOW (16u << 10)          /* bytes the first window grows the file by, */
+#define MAP_WINDOW_MAX (256u << 10)     /* doubling up to this: an rm -rf of 10,000 files
+					   remaps 7 times, not 100 (an munmap is a TLB
+					   shootdown), and a next taker checks at most
+					   this many zeros */
 
 /* Whether the next record of G goes into a mapped window: a lane (whose
  * next taker cuts the window's zeros off) of a session that is not durable,
@@ -499,7 +503,9 @@ static bool mapped(const struct jseg *g)
 static int map_room(struct jseg *g, size_t n)
 {
 	uint64_t page = (uint64_t)getpagesize(), off = g->end & ~(page - 1);
-	size_t len = (size_t)((g->end - off + n + MAP_WINDOW + page - 1) & ~(page - 1));
+	size_t grow = g->map_len ? 2 * g->map_len : MAP_WINDOW;
+	size_t len = (size_t)((g->end - off + n + (grow < MAP_WINDOW_MAX ? grow : MAP_WINDOW_MAX) + page - 1) &
+			      ~(page - 1));
 	void *p = MAP_FAILED;
 
 	if (g->map && g->end + n <= g->map_off + g->map_len)
