@@ -37,7 +37,7 @@
 
 #define DD_FILE   "dedup2"      /* "dedup" had the slots of one flat array */
 #define DD_SIZE   (4u << 20)    /* allocated whole */
-#define DD_PAGE   4096u         /* page 0: the session's salt, so a process never uses another session's table */
+#define DD_PAGE   4096u         /* page 0: unused (older tables kept the session's salt there) */
 #define DD_PAGES  (DD_SIZE / DD_PAGE - 1)
 #define DD_PROBE  512           /* a longer chain counts as a full table */
 #define DD_KEY    16
@@ -75,7 +75,18 @@ static struct dslot *slot_at(uint8_t *base, size_t page, size_t i)
 	return (struct dslot *)(void *)(base + (1 + page) * DD_PAGE + i * sizeof(struct dslot));
 }
 
-static uint8_t *dd_map;        /* this process's mapping of the current session's table */
+/* This process's mappings of its sessions' tables, each with the salt of
+ * its session (kept here: a look at the mapping's first page would be a
+ * page fault in every process). Entries are written once and published by
+ * dd_cur; a process that has mapped DD_TABS tables captures everything in
+ * a further session (tests run many sessions in one process, programs one). */
+#define DD_TABS 64
+static struct dtab {
+	uint8_t *map;
+	uint8_t salt[J_SALT_LEN];
+} dd_tabs[DD_TABS];
+static unsigned dd_ntabs;
+static struct dtab *dd_cur;    /* the table used last */
 static uint64_t dd_failed;     /* salt prefix of a session whose table could not be had */
 
 static unsigned st_of(uint64_t w) { return (unsigned)(w & 0xff); }
@@ -139,11 +150,7 @@ static uint8_t *map_table(struct jsession *s)
 	}
 	m = mmap(NULL, DD_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
-	if (m == MAP_FAILED)
-		return NULL;
-	if (memcmp(m, s->salt, J_SALT_LEN))    /* the same bytes from every process: */
-		memcpy(m, s->salt, J_SALT_LEN); /* written once (a write fault is dear) */
-	return m;
+	return m == MAP_FAILED ? NULL : m;
 }
 
 /* This process's mapping of S's table, set up once. A process that moves to
@@ -151,25 +158,41 @@ static uint8_t *map_table(struct jsession *s)
  * place, since another thread may still be probing it. */
 static uint8_t *table(struct jsession *s)
 {
-	for (;;) {
-		uint8_t *cur = __atomic_load_n(&dd_map, __ATOMIC_ACQUIRE);
-		uint8_t *m;
-		uint64_t id;
+	struct dtab *cur = __atomic_load_n(&dd_cur, __ATOMIC_ACQUIRE), *t;
+	unsigned n = __atomic_load_n(&dd_ntabs, __ATOMIC_ACQUIRE), k;
+	uint64_t id;
+	uint8_t *m;
 
-		if (cur && !memcmp(cur, s->salt, J_SALT_LEN))
-			return cur;
-		memcpy(&id, s->salt, sizeof(id));
-		if (__atomic_load_n(&dd_failed, __ATOMIC_RELAXED) == id)
-			return NULL;    /* tried once (a full disk): capture everything */
-		m = map_table(s);
-		if (!m) {
-			__atomic_store_n(&dd_failed, id, __ATOMIC_RELAXED);
-			return NULL;
+	if (cur && !memcmp(cur->salt, s->salt, J_SALT_LEN))
+		return cur->map;
+	for (unsigned i = 0; i < n && i < DD_TABS; i++) {
+		t = &dd_tabs[i];
+		if (__atomic_load_n(&t->map, __ATOMIC_ACQUIRE) && !memcmp(t->salt, s->salt, J_SALT_LEN)) {
+			__atomic_store_n(&dd_cur, t, __ATOMIC_RELEASE);
+			return t->map;
 		}
-		if (__atomic_compare_exchange_n(&dd_map, &cur, m, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return m;
-		munmap(m, DD_SIZE);
 	}
+	memcpy(&id, s->salt, sizeof(id));
+	if (__atomic_load_n(&dd_failed, __ATOMIC_RELAXED) == id)
+		return NULL;    /* tried once (a full disk): capture everything */
+	m = map_table(s);
+	if (!m) {
+		__atomic_store_n(&dd_failed, id, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	k = __atomic_fetch_add(&dd_ntabs, 1, __ATOMIC_ACQ_REL);
+	if (k >= DD_TABS) {
+		munmap(m, DD_SIZE);
+		__atomic_store_n(&dd_failed, id, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	/* two threads may map one session's table twice: both mappings
+	 * are of the same file, and either answers alike */
+	t = &dd_tabs[k];
+	memcpy(t->salt, s->salt, J_SALT_LEN);
+	__atomic_store_n(&t->map, m, __ATOMIC_RELEASE);
+	__atomic_store_n(&dd_cur, t, __ATOMIC_RELEASE);
+	return m;
 }
 
 /* The key of a path at GEN; a weak key is the transaction's own. */
@@ -254,14 +277,25 @@ static void take_over(struct dslot *sl, uint64_t w, const uint8_t *key, struct d
 
 /* Settle one slot for KEY: someone else's, ours already at LEVEL in
  * C->txn (skip), or claimed by us (write the record). */
-static int probe_slot(struct dslot *sl, const uint8_t *key, struct dclaim *c)
+static int probe_slot(struct dslot *sl, const uint8_t *key, struct dclaim *c, bool first)
 {
 	unsigned spins = 0;
 	int res = -1;
+	uint64_t w = DD_EMPTY;
 
+	/* The first slot a claim looks at in a page is most likely the first
+	 * touch of that page by this process: a compare-and-swap is one write
+	 * fault, where a load and then a swap are a read fault (which maps
+	 * the pages around it too) and a write fault. */
+	if (first && cas(&sl->word, &w, busy_word(DD_EMPTY)))
+		return take(sl, key, DD_EMPTY, c);
 	while (res < 0) {
-		uint64_t w = __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE);
-		unsigned st = st_of(w);
+		unsigned st;
+
+		if (!first)
+			w = __atomic_load_n(&sl->word, __ATOMIC_ACQUIRE);
+		first = false;
+		st = st_of(w);
 
 		if (st == DD_EMPTY) {
 			if (cas(&sl->word, &w, busy_word(DD_EMPTY)))
@@ -310,12 +344,12 @@ bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *pat
 	memcpy(&g, key + 8, sizeof(g));
 	page = dir_page(txn, gen, path);
 	for (size_t i = 0; i < DD_SPP; i++)
-		if (settled(s, probe_slot(slot_at(t, page, (h + i) % DD_SPP), key, c), c, &skip))
+		if (settled(s, probe_slot(slot_at(t, page, (h + i) % DD_SPP), key, c, i == 0), c, &skip))
 			return skip;
 	for (size_t i = 0; i < DD_PROBE; i++) {
 		size_t k = (g + i) % DD_SLOTS;
 
-		if (settled(s, probe_slot(slot_at(t, k / DD_SPP, k % DD_SPP), key, c), c, &skip))
+		if (settled(s, probe_slot(slot_at(t, k / DD_SPP, k % DD_SPP), key, c, i == 0), c, &skip))
 			return skip;
 	}
 	return false;
