@@ -291,7 +291,7 @@ static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uin
 /* 0: not ours to look at (call the real function); 1: go on; -1: refused
  * (errno set). ENVP: the environment the program gets. A vfork child runs
  * with its guard up (its other hooks pass through) and keeps it up. */
-static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[], char *const envp[])
+static int exec_enter(struct hook_ctx *c, const char *path, bool search, char *const argv[], char *const envp[])
 {
 	int err;
 
@@ -306,7 +306,7 @@ static int exec_enter(struct hook_ctx *c, const char *path, char *const argv[], 
 	if (path && strchr(path, '/') && access(path, F_OK) < 0 && (errno == ENOENT || errno == ENOTDIR))
 		err = errno;
 	else
-		err = guard_exec(path, argv);
+		err = guard_exec(path, search, argv);
 	if (err) {
 		if (txn_vfork_child())
 			errno = err;
@@ -335,7 +335,7 @@ EXPORT int execve(const char *p, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, p, a, e);
+	int k = exec_enter(&c, p, false, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(execve)(p, a, e);
 	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(execve)(p, a, fixed); });
@@ -347,7 +347,7 @@ EXPORT int execveat(int d, const char *p, char *const a[], char *const e[], int 
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, p, a, e);
+	int k = exec_enter(&c, p, false, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(execveat)(d, p, a, e, fl);
 	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(execveat)(d, p, a, fixed, fl); });
@@ -359,7 +359,7 @@ EXPORT int fexecve(int fd, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, "(fexecve)", a, e);
+	int k = exec_enter(&c, "(fexecve)", false, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(fexecve)(fd, a, e);
 	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(fexecve)(fd, a, fixed); });
@@ -371,7 +371,7 @@ EXPORT int execvpe(const char *f, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, f, a, e);
+	int k = exec_enter(&c, f, true, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(execvpe)(f, a, e);
 	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(execvpe)(f, a, fixed); });
@@ -438,7 +438,7 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 
 	if (!hook_enter(&c))
 		return (search ? REAL(posix_spawnp) : REAL(posix_spawn))(pid, p, fa, at, a, e);
-	int err = guard_exec(p, a);
+	int err = guard_exec(p, search, a);
 	if (err) {
 		hook_refuse(&c, err);
 		return err;     /* posix_spawn returns the error number */
@@ -493,7 +493,7 @@ static char environ_txn_var[32];
 	char *const argv[] = { "sh", "-c", (char *)(cmd), NULL };        \
 	if (!hook_enter(&c) || !(cmd))                                    \
 		return real_call;                                         \
-	int err_ = guard_exec("/bin/sh", argv);                           \
+	int err_ = guard_exec("/bin/sh", false, argv);                           \
 	if (err_) {                                                       \
 		hook_refuse(&c, err_);                                    \
 		return refused;                                           \

@@ -425,36 +425,50 @@ HIDDEN int guard_create(const char *p)
  * shell may start, since it will exec that command through the shim, which
  * refuses it there. The agent then sees the shell's own "Operation not
  * permitted" and exit status, as from any failed command, instead of a shell
- * that could not start at all. */
+ * that could not start at all. Only a shell by name, and one the shim runs
+ * inside: busybox sh runs its applets (reboot, dd, mkfs) in-process, and a
+ * static shell's execs pass no hook. Any other program with a -c option
+ * (git -c, psql -c, terraform -chdir) is judged whole, here. */
 static bool refused_only_inside(const char *file, char *const argv[], const char *why)
 {
+	static const char *const shells[] = { "sh", "bash", "dash", "zsh", "ksh", "mksh", "rbash", "ksh93" };
+	const char *prog = file ? file : argv[0], *base, *w;
 	char *cut[64];
+	bool shell = false;
 	int n = 0;
-	const char *w;
 
-	if (why && strstr(why, "fetch-and-run"))
+	if ((why && strstr(why, "fetch-and-run")) || !prog)
+		return false;
+	base = strrchr(prog, '/');
+	base = base ? base + 1 : prog;
+	for (size_t i = 0; i < sizeof(shells) / sizeof(shells[0]); i++)
+		shell |= !strcmp(base, shells[i]);
+	if (!shell)
 		return false;
 	for (; argv[n] && n < 63; n++) {
 		if (!strcmp(argv[n], "-c") || (argv[n][0] == '-' && argv[n][1] != '-' && strchr(argv[n], 'c')))
 			break;
 		cut[n] = argv[n];
 	}
-	if (!argv[n] || n == 63 || n == 0)
+	if (!argv[n] || n == 63 || n == 0 || opaque_program(prog))
 		return false;
 	cut[n] = NULL;
 	return policy_exec(pol, file, cut, shim_getenv("PATH"), &w) != PV_DENY;
 }
 
-HIDDEN int guard_exec(const char *file, char *const argv[])
+HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
 {
 	const char *why = NULL;
+	char found[PATH_MAX];
 	struct stat st;
 
 	ready();
 	if (mode == PM_OFF || !argv)
 		return 0;
+	/* execvp("git", {"ls", ...}) runs git: the program is FILE as PATH
+	 * finds it, whatever argv[0] says; one not found fails to exec */
 	if (file && !strchr(file, '/'))
-		file = NULL;            /* found through PATH, as execvp would */
+		file = search && shim_find_program(file, found) ? found : NULL;
 	if (policy_exec_stat(pol, file, argv, shim_getenv("PATH"), &why, &st) != PV_DENY ||
 	    refused_only_inside(file, argv, why))
 		return mode == PM_ENFORCE ? opaque_exec_known(pol, file, argv, &st) : 0;

@@ -223,6 +223,18 @@ static int kind_of(const char *path, const struct stat *known)
 	return kind;
 }
 
+HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
+{
+	return find_program(file, out);
+}
+
+HIDDEN bool opaque_program(const char *file)
+{
+	char path[PATH_MAX];
+
+	return find_program(file, path) && kind_of(path, NULL) >= 0;
+}
+
 static const char *const kind_name[PO_KINDS] = {
 	[PO_STATIC] = "a static binary", [PO_SETUID] = "a set-user-ID program",
 	[PO_GO] = "a Go program", [PO_LDSO] = "the dynamic loader run as a program",

@@ -199,7 +199,9 @@ HIDDEN void guard_ready(void);         /* the mapped policy checked (once), befo
 HIDDEN int guard_read(const char *p);
 HIDDEN int guard_write(const char *op, const char *p, mode_t type);
 HIDDEN int guard_create(const char *p);    /* guard_write of a new name */
-HIDDEN int guard_exec(const char *file, char *const argv[]);
+/* FILE: the program as the exec names it; SEARCH: looked up through PATH
+ * when it has no slash (execvp, posix_spawnp), not argv[0]. */
+HIDDEN int guard_exec(const char *file, bool search, char *const argv[]);
 HIDDEN int guard_signal(pid_t target, int sig);
 HIDDEN int guard_pidfd(int pidfd, int sig);
 HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len);
@@ -212,6 +214,11 @@ HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const a
 HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
 			     const struct stat *known);
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal);
+/* FILE as execvp would find it through PATH, into OUT (false: not found). */
+HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX]);
+/* Whether the program FILE names (through PATH) is one the shim cannot see
+ * into (static, setuid, Go, ld.so). */
+HIDDEN bool opaque_program(const char *file);
 /* io_uring does file operations no hook sees: it is refused as if the
  * kernel had none (ENOSYS: libuv, liburing users fall back to plain
  * calls), by the syscall() hook and, in a confined session, by seccomp. */

@@ -167,8 +167,9 @@ class Scratch:
             real = shutil.which(name, path=PATH) or "/bin/false"
             self.script(name, f'for a in "$@"; do case "$a" in {"|".join(verbs.split())})\n'
                               f'  touch "{self.marks}/{name}-$a"; exit 0;; esac; done\nexec {real} "$@"\n')
-        # busybox is static: its dangerous applets become stand-ins too.
-        self.script("busybox", 'case "$1" in reboot|poweroff|halt|mkswap|mkfs*|fdisk|init)\n'
+        # busybox is static: its dangerous applets become stand-ins too, and
+        # so does its shell (which would run its own reboot applet).
+        self.script("busybox", 'case "$1" in reboot|poweroff|halt|mkswap|mkfs*|fdisk|init|sh|ash)\n'
                                f'  touch "{self.marks}/busybox-$1"; exit 0;; esac\nexec /usr/bin/busybox "$@"\n')
         # curl and wget fetch "code" that leaves a marker if it ever runs;
         # curl --unix-socket connects for real (through python, under the shim).
