@@ -12,6 +12,7 @@
  * (the default, ~/.local/state, is).
  */
 #include <elf.h>
+#include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
@@ -251,31 +252,78 @@ static void allow_beneath(int rs, const char *dir, uint64_t access)
 	close(pb.parent_fd);
 }
 
-/* Once no_new_privs is set: io_uring_setup fails with ENOSYS in this
- * process and everything it starts, raw system calls and static programs
- * included (see IO_URING_WHY). The number is the same on every ABI of the
- * machine (x32 sets a bit above it). A filter puts every system call of
- * the session on the kernel's slower entry path (about 50 ns here), so
- * none is added where io_uring is out of reach already: a kernel without
- * it (ENOSYS), one with kernel.io_uring_disabled, or a container's seccomp
- * profile that refuses it (EPERM, or ENOSYS). A kernel that has it answers
- * this probe (no parameters) with EFAULT. */
-static void no_io_uring(void)
-{
-	long r = REAL(syscall)(SYS_io_uring_setup, 1L, NULL);
+/* What the session's seccomp filter refuses (EPERM), on every ABI of the
+ * machine, raw system calls and static programs included: calls that no
+ * journal can undo and that act on the whole machine (restarting it, its
+ * kernel modules, swap, clock, host name, I/O ports). A root agent's
+ * ctypes reboot(), or busybox's, would otherwise take the host down. */
+static const long machine_calls[] = {
+	SYS_reboot, SYS_kexec_load, SYS_init_module, SYS_finit_module, SYS_delete_module, SYS_swapon,
+	SYS_swapoff, SYS_sethostname, SYS_setdomainname, SYS_settimeofday, SYS_clock_settime,
+#ifdef SYS_kexec_file_load
+	SYS_kexec_file_load,
+#endif
+#ifdef SYS_iopl
+	SYS_iopl, SYS_ioperm,
+#endif
+};
+#ifdef __x86_64__
+/* the same calls, and io_uring_setup, as a 32-bit program makes them (int 0x80) */
+static const long machine_calls_i386[] = { 88, 283, 128, 350, 129, 87, 115, 74, 121, 79, 264, 110, 101 };
+#define IO_URING_I386 425
+#endif
 
-	if (r < 0 && (errno == ENOSYS || errno == EPERM))
-		return;
-	if (r >= 0)
-		close((int)r);  /* (cannot be: the kernel reads the parameters first) */
-	struct sock_filter f[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_STMT(BPF_ALU | BPF_AND | BPF_K, ~0x40000000u),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_io_uring_setup, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+#define RET(v)   ((struct sock_filter)BPF_STMT(BPF_RET | BPF_K, (v)))
+#define LOAD(m)  ((struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, m)))
+#define IFEQ(k)  ((struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)(k), 0, 1))
+
+/* One ABI's block at F: when the call's arch is ARCH, refuse io_uring_setup
+ * (IO_URING) and the N numbers of NRS; else skip to the next block. */
+static size_t abi_block(struct sock_filter *f, uint32_t arch, bool x32, long io_uring, const long *nrs,
+			size_t n)
+{
+	size_t k = 0, body = 1 + x32 + 2 * (n + 1) + 1;
+
+	f[k++] = LOAD(arch);
+	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 0, (uint8_t)body);
+	f[k++] = LOAD(nr);
+	if (x32)
+		f[k++] = (struct sock_filter)BPF_STMT(BPF_ALU | BPF_AND | BPF_K, ~0x40000000u);
+	f[k++] = IFEQ(io_uring);
+	f[k++] = RET(SECCOMP_RET_ERRNO | ENOSYS);
+	for (size_t i = 0; i < n; i++) {
+		f[k++] = IFEQ(nrs[i]);
+		f[k++] = RET(SECCOMP_RET_ERRNO | EPERM);
+	}
+	f[k++] = RET(SECCOMP_RET_ALLOW);
+	return k;
+}
+
+/*
+ * Once no_new_privs is set: io_uring_setup fails with ENOSYS in this
+ * process and everything it starts, raw system calls and static programs
+ * included (see IO_URING_WHY), and the machine_calls with EPERM. The filter
+ * looks at the call's number only, so the kernel caches its answer for
+ * every other call; it still puts each system call of the session on the
+ * slower entry path (about 50 ns here).
+ */
+static void session_filter(void)
+{
+	enum { NM = sizeof(machine_calls) / sizeof(machine_calls[0]) };
+	struct sock_filter f[2 * (4 + 2 * (NM + 1) + 1) + 1];
+	size_t k = 0;
+
+#if defined(__x86_64__)
+	k += abi_block(f + k, AUDIT_ARCH_X86_64, true, SYS_io_uring_setup, machine_calls, NM);
+	k += abi_block(f + k, AUDIT_ARCH_I386, false, IO_URING_I386, machine_calls_i386,
+		       sizeof(machine_calls_i386) / sizeof(machine_calls_i386[0]));
+#elif defined(__aarch64__)
+	k += abi_block(f + k, AUDIT_ARCH_AARCH64, false, SYS_io_uring_setup, machine_calls, NM);
+#else
+	return;         /* no arch known to check the numbers against */
+#endif
+	f[k++] = RET(SECCOMP_RET_ALLOW);   /* another ABI: none is ours to judge */
+	struct sock_fprog prog = { .len = (unsigned short)k, .filter = f };
 
 	(void)prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
 }
@@ -317,7 +365,7 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 		ok = 0;
 	close(rs);
 	if (ok)
-		no_io_uring();
+		session_filter();
 	return ok;
 }
 

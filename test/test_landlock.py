@@ -3,6 +3,7 @@ the writable roots, so that a raw system call (no libc, no hook) and a
 static binary cannot write outside them either."""
 import ctypes
 import os
+import socket
 import subprocess
 
 import pytest
@@ -165,10 +166,10 @@ int main(int argc, char **argv)
 
 
 @pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
-def test_no_seccomp_filter_of_its_own_where_io_uring_is_refused_already(scratch_policy, tmp_path):
+def test_the_session_filter_is_added_where_io_uring_is_refused_already(scratch_policy, tmp_path):
     """Where io_uring is out of reach already (here a container-like profile
-    refusing it with EPERM), the session adds no seccomp filter, whose cost
-    every system call would pay; where it is there, the session adds one."""
+    refusing it with EPERM), the session still adds its filter, which also
+    refuses the calls that act on the whole machine; io_uring stays out."""
     ws, _, pol, _ = scratch_policy
     prog = tmp_path / "uring"
     launcher = tmp_path / "no-uring"
@@ -183,8 +184,44 @@ def test_no_seccomp_filter_of_its_own_where_io_uring_is_refused_already(scratch_
         env.pop(k, None)
     r = subprocess.run([str(launcher), "bash", "-c", script], cwd=ws, env=env, capture_output=True, text=True,
                        timeout=60)
-    assert r.stdout.split() == ["Seccomp_filters:", "1", "-1"], r.stdout + r.stderr   # -EPERM: the profile's
-    plain = subprocess.run([str(prog)], capture_output=True, text=True, check=True)
-    if int(plain.stdout) >= 0:
-        r = run(ws, pol, tmp_path, script)
-        assert r.stdout.split() == ["Seccomp_filters:", "1", "-38"], r.stdout + r.stderr
+    out = r.stdout.split()
+    assert out[:2] == ["Seccomp_filters:", "2"] and int(out[2]) in (-1, -38), r.stdout + r.stderr
+    r = run(ws, pol, tmp_path, script)
+    assert r.stdout.split() == ["Seccomp_filters:", "1", "-38"], r.stdout + r.stderr
+
+
+MACHINE = r"""
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+for name, call in (("sethostname", lambda: libc.sethostname(b"ftsbx-evil", 10)),
+                   ("swapoff", lambda: libc.swapoff(b"/nonexistent-swap")),
+                   ("settimeofday", lambda: libc.syscall(164, None, None)),
+                   ("delete_module", lambda: libc.syscall(176, b"ftsbx_no_such_module", 0))):
+    r = call()
+    print(name, r, ctypes.get_errno())
+print("hostname", socket.gethostname())
+"""
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_calls_on_the_whole_machine_are_refused_even_to_static_programs(scratch_policy, tmp_path):
+    """reboot, kexec, modules, swap, the clock and the host name: no journal
+    undoes them, so the session's seccomp filter refuses them with EPERM,
+    to a root program's ctypes call and to static busybox alike. Run in a
+    UTS and PID namespace of its own: a miss changes a throwaway host name."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "--uts", "--pid", "--fork", "true"]).returncode:
+        pytest.skip("needs root and unshare")
+    ws, _, pol, _ = scratch_policy
+    script = (f"python3 -c '{MACHINE}'; busybox hostname ftsbx-evil2; echo busybox $?; "
+              "python3 -c 'import socket; print(\"after\", socket.gethostname())'")
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), FTSBX_POLICY=str(pol),
+               HOME=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
+        env.pop(k, None)
+    r = subprocess.run(["unshare", "--uts", "--pid", "--fork", "bash", "-c", script], cwd=ws, env=env,
+                       capture_output=True, text=True, timeout=60)
+    lines = dict(line.split(None, 1) for line in r.stdout.splitlines())
+    for name in ("sethostname", "swapoff", "settimeofday", "delete_module"):
+        assert lines[name].split() == ["-1", "1"], r.stdout + r.stderr        # EPERM
+    assert lines["busybox"] != "0", r.stdout + r.stderr
+    assert lines["hostname"] == lines["after"] == socket.gethostname(), r.stdout + r.stderr
