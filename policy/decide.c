@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -249,6 +250,11 @@ const char *policy_root(const struct policy *pol, size_t i)
 	return NULL;
 }
 
+bool policy_signals_session(const struct policy *pol)
+{
+	return pol->b->signals;
+}
+
 bool policy_rewind_exempt(const struct policy *pol, char *const argv[])
 {
 	const char *why;
@@ -483,6 +489,43 @@ static bool under(const char *p, size_t n, const char *dir, size_t dn)
 	return n >= dn && !memcmp(p, dir, dn) && (n == dn || p[dn] == '/' || dn == 1);
 }
 
+/* --- devices ------------------------------------------------------------------- */
+
+const char *const policy_devices[] = {
+	"null", "zero", "full", "random", "urandom",            /* bit buckets, randomness */
+	"tty*", "console", "ptmx", "pts/", "hvc*",              /* terminals */
+	"nvidia*", "nvidia-caps/", "dri/", "kfd", "accel/", "dxg", "kvm", /* accelerators */
+	NULL,
+};
+
+bool policy_device_ok(const char *name)
+{
+	for (const char *const *d = policy_devices; *d; d++) {
+		size_t n = strlen(*d);
+		if ((*d)[n - 1] == '*' ? !strncmp(name, *d, n - 1) && !strchr(name + n - 1, '/')
+		    : (*d)[n - 1] == '/' ? !strncmp(name, *d, n)
+					 : !strcmp(name, *d))
+			return true;
+	}
+	return false;
+}
+
+/* A character device at ABS (under /dev, or a /proc/PID/fd link to one):
+ * one of policy_devices. */
+static bool device_ok(const char *abs, size_t n)
+{
+	char t[64];
+	ssize_t k;
+
+	if (under(abs, n, "/dev", 4))
+		return n > 5 && policy_device_ok(abs + 5);
+	k = readlink(abs, t, sizeof(t) - 1);
+	if (k <= 5 || memcmp(t, "/dev/", 5))
+		return false;
+	t[k] = 0;
+	return policy_device_ok(t + 5);
+}
+
 /* A write past the journal and hidden checks: the rest of the rules. Apart
  * from policy_path_typed, so that a read (every open that only reads asks)
  * pays for a small frame only. */
@@ -514,6 +557,10 @@ static __attribute__((noinline)) enum pverdict write_verdict(const struct policy
 	}
 	if ((type == S_IFCHR || type == S_IFIFO || type == S_IFSOCK) &&
 	    (under(abs, n, "/dev", 4) || under(abs, n, "/proc", 5))) {
+		if (type == S_IFCHR && !device_ok(abs, n)) {
+			*why = "a device that is not a terminal, null, zero, random or an accelerator";
+			return PV_DENY;
+		}
 		*why = "a character device, fifo or socket";
 		return PV_UNTRACKED;
 	}

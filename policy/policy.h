@@ -114,6 +114,7 @@ unsigned policy_rewind_on(const struct policy *pol);            /* PR_* bits */
 /* True when a failure of ARGV does not count for rewind-on-failure (the
  * [rewind] except rules: test runners, whose failing is their job). */
 bool policy_rewind_exempt(const struct policy *pol, char *const argv[]);
+bool policy_signals_session(const struct policy *pol);       /* signals = session */
 bool policy_net_record(const struct policy *pol);               /* record every connect */
 const char *policy_workspace(const struct policy *pol);
 const char *policy_source(const struct policy *pol);            /* the file, or "<built-in>" */
@@ -126,8 +127,9 @@ const char *policy_root(const struct policy *pol, size_t i);
  * resolved by the caller where it matters). Reads: refused under hidden
  * paths and the journal directory. Writes (anything that creates, changes or
  * removes): refused under hidden or protected paths, on block devices and
- * outside the writable roots; untracked paths and character devices, fifos
- * and sockets (/dev/null, the terminals under /dev/pts) are PV_UNTRACKED.
+ * outside the writable roots; untracked paths, the character devices of
+ * policy_devices (/dev/null, the terminals under /dev/pts), fifos and
+ * sockets under /dev and /proc are PV_UNTRACKED; other devices PV_DENY.
  *
  * TYPE is the file type (st_mode & S_IFMT) if the caller knows it, 0 if not;
  * policy_path passes 0 and then stats only paths under /dev and /proc.
@@ -135,6 +137,16 @@ const char *policy_root(const struct policy *pol, size_t i);
 enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool write, mode_t type,
 				const char **why);
 enum pverdict policy_path(const struct policy *pol, const char *abs, bool write, const char **why);
+
+/*
+ * The character devices under /dev a session may write with no rule naming
+ * them (names relative to /dev; "x/" a directory, "x*" a prefix): the bit
+ * buckets, randomness, terminals and accelerators. Any other (mem, port,
+ * watchdog, sg, nvme controllers, rtc, msr, uinput, kmsg ...) is refused
+ * unless a rule allows it (untracked = /dev/fuse). NULL-terminated.
+ */
+extern const char *const policy_devices[];
+bool policy_device_ok(const char *name);        /* NAME relative to /dev/ */
 
 /*
  * An exec of FILE (the program execve is given; NULL: ARGV[0], resolved

@@ -305,8 +305,8 @@ static int exec_enter(struct hook_ctx *c, const char *path, bool search, char *c
 	 * unrecorded, so that a refusal is said and recorded once */
 	if (path && strchr(path, '/') && access(path, F_OK) < 0 && (errno == ENOENT || errno == ENOTDIR))
 		err = errno;
-	else
-		err = guard_exec(path, search, argv);
+	else    /* "(fexecve)": a file with no path, judged by its argv */
+		err = guard_exec(path && path[0] == '(' ? NULL : path, search, argv);
 	if (err) {
 		if (txn_vfork_child())
 			errno = err;
@@ -342,12 +342,27 @@ EXPORT int execve(const char *p, char *const a[], char *const e[])
 	return r;
 }
 
+/* The program execveat(D, P, .., FL) and fexecve (P "", AT_EMPTY_PATH)
+ * run, by a path the rules can judge: P itself when absolute, else P under
+ * D, or D's own file; into BUF. A file that has no path (a memfd, one
+ * deleted) is judged by argv. */
+static const char *exec_at_path(char buf[PATH_MAX], int d, const char *p, int fl)
+{
+	if (p && p[0] == '/')
+		return p;
+	if (!p || !*p)
+		return (fl & AT_EMPTY_PATH) && !path_fd(buf, d) && buf[0] == '/' && !access(buf, F_OK) ? buf
+											       : "(fexecve)";
+	return path_abs(buf, d, p) ? p : buf;
+}
+
 EXPORT int execveat(int d, const char *p, char *const a[], char *const e[], int fl)
 {
 	struct hook_ctx c;
+	char buf[PATH_MAX];
 	int r;
 
-	int k = exec_enter(&c, p, false, a, e);
+	int k = exec_enter(&c, exec_at_path(buf, d, p, fl), false, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(execveat)(d, p, a, e, fl);
 	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(execveat)(d, p, a, fixed, fl); });
@@ -359,7 +374,8 @@ EXPORT int fexecve(int fd, char *const a[], char *const e[])
 	struct hook_ctx c;
 	int r;
 
-	int k = exec_enter(&c, "(fexecve)", false, a, e);
+	char buf[PATH_MAX];
+	int k = exec_enter(&c, exec_at_path(buf, fd, "", AT_EMPTY_PATH), false, a, e);
 	if (k <= 0)
 		return k < 0 ? -1 : REAL(fexecve)(fd, a, e);
 	WITH_ENV(e, fixed, { exec_leave(&c); r = REAL(fexecve)(fd, a, fixed); });

@@ -420,6 +420,12 @@ HIDDEN int guard_create(const char *p)
 	return judge_write("create", p, 0, true);
 }
 
+HIDDEN int guard_device_node(const char *p)
+{
+	ready();
+	return mode == PM_OFF ? 0 : refuse("mknod", p, NULL, NULL, "making a device node", EPERM);
+}
+
 /* A shell started with -c whose string the policy refuses for one of its
  * simple commands (not for fetch-and-run, which no single exec shows): the
  * shell may start, since it will exec that command through the shim, which
@@ -466,9 +472,14 @@ HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
 	if (mode == PM_OFF || !argv)
 		return 0;
 	/* execvp("git", {"ls", ...}) runs git: the program is FILE as PATH
-	 * finds it, whatever argv[0] says; one not found fails to exec */
-	if (file && !strchr(file, '/'))
-		file = search && shim_find_program(file, found) ? found : NULL;
+	 * finds it, whatever argv[0] says; one not found fails to exec.
+	 * execve("reboot", ...) runs ./reboot */
+	if (file && !strchr(file, '/')) {
+		if (search)
+			file = shim_find_program(file, found) ? found : NULL;
+		else if (strlen(file) + 3 <= sizeof(found))
+			file = strcat(strcpy(found, "./"), file);
+	}
 	if (policy_exec_stat(pol, file, argv, shim_getenv("PATH"), &why, &st) != PV_DENY ||
 	    refused_only_inside(file, argv, why))
 		return mode == PM_ENFORCE ? opaque_exec_known(pol, file, argv, &st) : 0;

@@ -632,7 +632,10 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 	return err ? refuse_unjournaled(from, err) : 0;
 }
 
-HIDDEN int pre_create(int dirfd, const char *path)
+/* A device node made by the session (mknod c 1 1 in a writable root) would
+ * be a way to the hardware that no path rule follows: refused, whatever its
+ * name. FIFOs, sockets and plain files are creations like any other. */
+HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
 {
 	char p[PATH_MAX];
 	int err = path_abs(p, dirfd, path);
@@ -644,6 +647,8 @@ HIDDEN int pre_create(int dirfd, const char *path)
 	canonical_parent(p);
 	if ((err = off_limits_change("create", p)))
 		return err;
+	if ((S_ISCHR(mode) || S_ISBLK(mode)) && (err = guard_device_node(p)))
+		return err;
 	if ((err = guard_create(p)))
 		return err == 1 ? 0 : err;
 	if (untracked(p))
@@ -654,6 +659,11 @@ HIDDEN int pre_create(int dirfd, const char *path)
 		err = jcap_create(g, shim_txn(), p);
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
+}
+
+HIDDEN int pre_create(int dirfd, const char *path)
+{
+	return pre_mknod(dirfd, path, S_IFREG);
 }
 
 /* bind() of a Unix socket to a path makes a file there: a creation

@@ -11,6 +11,7 @@
  * directory inside a root, so keep the journal outside the writable roots
  * (the default, ~/.local/state, is).
  */
+#include <dirent.h>
 #include <elf.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -27,7 +28,7 @@
 #include "../policy/policy.h"
 
 /* FILE as execvp would find it, into OUT (false when not found). */
-static bool find_program(const char *file, char out[PATH_MAX])
+HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
 {
 	const char *path = shim_getenv("PATH");
 
@@ -224,16 +225,11 @@ static int kind_of(const char *path, const struct stat *known)
 	return kind;
 }
 
-HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
-{
-	return find_program(file, out);
-}
-
 HIDDEN bool opaque_program(const char *file)
 {
 	char path[PATH_MAX];
 
-	return find_program(file, path) && kind_of(path, NULL) >= 0;
+	return shim_find_program(file, path) && kind_of(path, NULL) >= 0;
 }
 
 static const char *const kind_name[PO_KINDS] = {
@@ -328,39 +324,82 @@ static void session_filter(void)
 	(void)prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
 }
 
+/* Landlock's later ABIs, which this system's <linux/landlock.h> may not
+ * know yet (their numbers are the kernel's ABI). */
+#define LL_TRUNCATE     (1ULL << 14)    /* ABI 3: truncate, O_TRUNC */
+#define LL_IOCTL_DEV    (1ULL << 15)    /* ABI 5: ioctl on a device */
+#define LL_SCOPE_SIGNAL (1ULL << 1)     /* ABI 6: signals to processes outside */
+struct ll_ruleset { uint64_t fs, net, scoped; };
+
+/* The devices of policy_devices, ACCESS on each: the names /dev holds
+ * that it lists (a directory such as pts/, beneath). getdents64 and not
+ * readdir: this can run in a vfork child, before an exec. */
+static void allow_devices(int rs, uint64_t access)
+{
+	char buf[4096], name[256], path[300];
+	int fd = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long n;
+
+	if (fd < 0)
+		return;
+	while ((n = syscall(SYS_getdents64, fd, buf, sizeof(buf))) > 0)
+		for (long off = 0; off < n;) {
+			const struct dirent64 *d = (const struct dirent64 *)(buf + off);
+			size_t k = strnlen(d->d_name, sizeof(name) - 2);
+
+			off += d->d_reclen;
+			memcpy(name, d->d_name, k);
+			name[k] = d->d_type == DT_DIR ? '/' : 0;
+			name[k + 1] = 0;
+			if (d->d_name[0] != '.' && policy_device_ok(name)) {
+				memcpy(path, "/dev/", 5);
+				memcpy(path + 5, d->d_name, k + 1);
+				allow_beneath(rs, path, access);
+			}
+		}
+	close(fd);
+}
+
 /* Confine this process and everything it starts to the writable roots
- * (and the journal, when JOURNAL is not NULL: the shim writes it). */
+ * (and the journal, when JOURNAL is not NULL: the shim writes it): writes,
+ * creations, removals, renames, truncations; device nodes are made
+ * nowhere, and only policy_devices are written or driven (ioctl); with
+ * signals = session, no signal leaves the root's domain. */
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 {
-	struct landlock_ruleset_attr attr = {
-		.handled_access_fs = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
-				     LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
-				     LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
-				     LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
-				     LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM,
+	struct ll_ruleset attr = {
+		.fs = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+		      LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
+		      LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+		      LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM,
 	};
 	int abi = (int)syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	uint64_t roots, dev;
 	int rs, ok = 1;
 
 	if (abi < 1)
 		return false;
-	if (abi >= 2)
-		attr.handled_access_fs |= LANDLOCK_ACCESS_FS_REFER;
-#ifdef LANDLOCK_ACCESS_FS_TRUNCATE
-	if (abi >= 3)
-		attr.handled_access_fs |= LANDLOCK_ACCESS_FS_TRUNCATE;
-#endif
+	attr.fs |= (abi >= 2 ? LANDLOCK_ACCESS_FS_REFER : 0) | (abi >= 3 ? LL_TRUNCATE : 0) |
+		   (abi >= 5 ? LL_IOCTL_DEV : 0);
+	/* The root's domain, which the whole session shares, keeps signals in;
+	 * a program's own (nested: no journal) adds none, so that a static
+	 * kill may still signal the session's processes outside it. */
+	if (abi >= 6 && journal && policy_signals_session(pol))
+		attr.scoped = LL_SCOPE_SIGNAL;
 	rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
 	if (rs < 0)
 		return false;
+	roots = attr.fs & ~(uint64_t)(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK);
+	dev = attr.fs & (LANDLOCK_ACCESS_FS_WRITE_FILE | LL_IOCTL_DEV);
 	for (size_t i = 0; policy_root(pol, i); i++)
-		allow_beneath(rs, policy_root(pol, i), attr.handled_access_fs);
+		allow_beneath(rs, policy_root(pol, i), roots);
 	if (journal)
-		allow_beneath(rs, journal, attr.handled_access_fs);
-	/* terminals, /dev/null, /dev/shm and a process's own /proc files stay writable */
-	allow_beneath(rs, "/dev", LANDLOCK_ACCESS_FS_WRITE_FILE);
-	allow_beneath(rs, "/dev/shm", attr.handled_access_fs);
-	allow_beneath(rs, "/proc", LANDLOCK_ACCESS_FS_WRITE_FILE);
+		allow_beneath(rs, journal, roots);
+	/* the terminals, /dev/null and the accelerators, /dev/shm, and a
+	 * process's own /proc files (no rule can name another's) stay writable */
+	allow_devices(rs, dev);
+	allow_beneath(rs, "/dev/shm", roots);
+	allow_beneath(rs, "/proc", attr.fs & (LANDLOCK_ACCESS_FS_WRITE_FILE | LL_TRUNCATE));
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_landlock_restrict_self, rs, 0) < 0)
 		ok = 0;
 	close(rs);
@@ -378,7 +417,7 @@ HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *c
 	char path[PATH_MAX], why[PATH_MAX + 160];
 	int kind;
 
-	if (!find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
+	if (!shim_find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
 		return 0;
 	kind = kind_of(path, strchr(file ? file : argv[0], '/') ? known : NULL);
 	if (kind < 0)

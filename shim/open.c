@@ -246,8 +246,8 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_renameat2:  return pre_rename(I(0), S(1), I(2), S(3), (unsigned)a[4]);
 	case SYS_mkdir:      return pre_create(AT_FDCWD, S(0));
 	case SYS_mkdirat:    return pre_create(I(0), S(1));
-	case SYS_mknod:      return pre_create(AT_FDCWD, S(0));
-	case SYS_mknodat:    return pre_create(I(0), S(1));
+	case SYS_mknod:      return pre_mknod(AT_FDCWD, S(0), (mode_t)a[1]);
+	case SYS_mknodat:    return pre_mknod(I(0), S(1), (mode_t)a[2]);
 	case SYS_link:       return pre_link(AT_FDCWD, S(0), AT_FDCWD, S(1), 0);
 	case SYS_linkat:     return pre_link(I(0), S(1), I(2), S(3), I(4));
 	case SYS_symlink:    return pre_symlink(AT_FDCWD, S(1));
@@ -273,6 +273,9 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));
 	case SYS_kill:       return guard_signal((pid_t)a[0], I(1));
 	case SYS_tgkill:     return guard_signal((pid_t)a[0], I(2));
+	case SYS_tkill:      return guard_signal((pid_t)a[0], I(1));
+	case SYS_rt_sigqueueinfo: return guard_signal((pid_t)a[0], I(1));
+	case SYS_rt_tgsigqueueinfo: return guard_signal((pid_t)a[0], I(2));
 	case SYS_pidfd_send_signal: return guard_pidfd(I(0), I(1));
 	case SYS_connect:    return guard_connect((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_bind:       return pre_bind((const struct sockaddr *)a[1], (socklen_t)a[2]);
@@ -310,6 +313,12 @@ EXPORT long syscall(long n, ...)
 	case SYS_dup3:
 		hook_leave(&c);
 		return dup3((int)a[0], (int)a[1], (int)a[2]);
+	case SYS_execve:        /* judged, recorded, the environment kept: exec.c */
+		hook_leave(&c);
+		return execve((const char *)a[0], (char *const *)a[1], (char *const *)a[2]);
+	case SYS_execveat:
+		hook_leave(&c);
+		return execveat((int)a[0], (const char *)a[1], (char *const *)a[2], (char *const *)a[3], (int)a[4]);
 	}
 	err = pre_syscall(n, a);
 	if (err) {

@@ -116,6 +116,7 @@ HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
 HIDDEN int pre_remove(int dirfd, const char *path, int flags);
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags);
 HIDDEN int pre_create(int dirfd, const char *path);
+HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode);     /* pre_create, no device nodes */
 HIDDEN int pre_bind(const struct sockaddr *sa, socklen_t len);
 HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags);
 HIDDEN int pre_symlink(int dirfd, const char *path);
@@ -199,6 +200,7 @@ HIDDEN void guard_ready(void);         /* the mapped policy checked (once), befo
 HIDDEN int guard_read(const char *p);
 HIDDEN int guard_write(const char *op, const char *p, mode_t type);
 HIDDEN int guard_create(const char *p);    /* guard_write of a new name */
+HIDDEN int guard_device_node(const char *p); /* mknod of a device: refused */
 /* FILE: the program as the exec names it; SEARCH: looked up through PATH
  * when it has no slash (execvp, posix_spawnp), not argv[0]. */
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[]);

@@ -241,6 +241,135 @@ def test_own_proc_files_through_self_are_writable(shim):
         other.wait()
 
 
+def test_only_the_harmless_devices_are_writable_and_no_device_node_is_made(shim):
+    """Character devices stay usable where they are harmless (the bit
+    buckets, randomness, terminals: a pty python opens); any other (here
+    /dev/kmsg, opened but never written) is refused, and so is making a
+    device node in the workspace (mknod c 1 1 would be /dev/mem under another
+    name), by mknod(1) and by python's os.mknod alike; FIFOs are made as
+    usual. The tree then rewinds exactly."""
+    script = (b"for d in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/ptmx; do "
+              b"true > $d && echo ok:$d; done; "
+              b"%s -c 'import os; m, s = os.openpty(); os.write(s, b\"x\"); print(\"pty\", os.read(m, 1))'; "
+              b"true > /dev/kmsg; echo kmsg=$?; "
+              b"mknod ./mem c 1 1; echo mknod=$?; "
+              b"%s -c 'import os; os.mknod(\"blk\", 0o600 | 0o60000, os.makedev(7, 0))'; echo py=$?; "
+              b"mkfifo new_fifo && mknod new_fifo2 p && echo fifos" % (PY.encode(), PY.encode()))
+    before = shim.snap()
+    proc = shim.sh(script, refusals_ok=True)
+    out = proc.stdout.decode().split()
+    assert out == [f"ok:/dev/{d}" for d in ("null", "zero", "full", "random", "urandom", "ptmx")] + \
+        ["pty", "b'x'", "kmsg=1", "mknod=1", "py=1", "fifos"], proc
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(b"ftsbx: ")]
+    assert lines == [b"ftsbx: refused '/dev/kmsg': Permission denied "
+                     b"(a device that is not a terminal, null, zero, random or an accelerator)",
+                     b"ftsbx: refused '%s': Operation not permitted (making a device node)" % shim.p("mem"),
+                     b"ftsbx: refused '%s': Operation not permitted (making a device node)" % shim.p("blk")], \
+        proc.stderr
+    assert not shim.exists("mem") and not shim.exists("blk")
+    assert stat.S_ISFIFO(os.lstat(shim.p("new_fifo")).st_mode) and stat.S_ISFIFO(os.lstat(shim.p("new_fifo2")).st_mode)
+    shim.rewind()
+    assert_same(before, shim.snap())
+
+
+def test_a_device_node_made_before_the_session_is_removed_and_rewound(shim):
+    """The session makes no device node, but one that was there (made here
+    before the snapshot, as a chroot's dev/null would be) is an ordinary
+    file to remove: rm -rf takes it and the rewind makes it again, with its
+    device number, mode and times."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    shim.setup(b"mkdir -p chroot/dev && mknod -m 666 chroot/dev/null c 1 3 && mknod chroot/dev/zero c 1 5")
+    before = shim.snap()
+    shim.sh(b"rm -rf chroot")
+    assert not shim.exists("chroot")
+    shim.rewind()
+    assert_same(before, shim.snap())
+    assert os.lstat(shim.p("chroot/dev/null")).st_rdev == os.makedev(1, 3)
+
+
+def test_every_way_to_send_a_signal_is_judged(shim):
+    """kill, tgkill (glibc's function) and the raw tkill, tgkill,
+    rt_sigqueueinfo and rt_tgsigqueueinfo system calls through syscall():
+    each aimed at a process outside the session (a scratch sleep this test
+    started) is refused and the process lives; tgkill of the session's own
+    child is let through."""
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        script = b"""
+import ctypes, errno, os, signal, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+info = ctypes.create_string_buffer(128)
+pid = %d
+tries = [("kill", lambda: libc.kill(pid, 15)),
+         ("tgkill", lambda: libc.tgkill(pid, pid, 15)),
+         ("tkill", lambda: libc.syscall(200, pid, 15)),
+         ("sys_tgkill", lambda: libc.syscall(234, pid, pid, 15)),
+         ("rt_sigqueueinfo", lambda: libc.syscall(129, pid, 15, info)),
+         ("rt_tgsigqueueinfo", lambda: libc.syscall(297, pid, pid, 15, info))]
+for name, call in tries:
+    ctypes.set_errno(0)
+    print(name, call(), errno.errorcode.get(ctypes.get_errno(), 0))
+own = subprocess.Popen(["sleep", "60"])
+print("own", libc.tgkill(own.pid, own.pid, signal.SIGKILL), own.wait())
+""" % outside.pid
+        shim.write("signals.py", script)
+        proc = shim.sh(b"%s signals.py; true" % PY.encode(), refusals_ok=True)
+        assert proc.stdout.decode().splitlines() == [
+            "kill -1 EPERM", "tgkill -1 EPERM", "tkill -1 EPERM", "sys_tgkill -1 EPERM",
+            "rt_sigqueueinfo -1 EPERM", "rt_tgsigqueueinfo -1 EPERM", "own 0 -9"], proc
+        assert proc.stderr.count(b"ftsbx: refused") == 6, proc.stderr
+        assert outside.poll() is None, "the process outside the session was signalled"
+    finally:
+        outside.kill()
+        outside.wait()
+
+
+def test_every_way_to_exec_judges_the_program_that_runs(shim):
+    """The program an exec runs, whatever argv[0] says: execve of a name
+    with no slash (the kernel runs ./reboot, no PATH search), fexecve of a
+    descriptor, execveat under a directory descriptor, and the raw execve
+    and execveat system calls through syscall(). Each runs a stand-in
+    `reboot` that leaves a marker: every one is refused. A raw execve with
+    an empty environment of an allowed program still runs under the shim."""
+    shim.write("reboot", b"#!/bin/sh\necho ran >> %s\n" % shim.p("marker"), mode=0o755)
+    script = b"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+argv = (ctypes.c_char_p * 2)(b"ls", None)
+env = (ctypes.c_char_p * 1)(None)
+def child(name, run):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            r = run()
+            print(name, r, ctypes.get_errno(), flush=True)
+        except OSError as e:
+            print(name, -1, e.errno, flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+def fd():
+    f = os.open("reboot", os.O_RDONLY)
+    os.set_inheritable(f, True)
+    return f
+child("execve", lambda: os.execve("reboot", ["ls"], {}))
+child("fexecve", lambda: os.execve(fd(), ["ls"], {}))
+child("execveat", lambda: libc.execveat(os.open(".", os.O_RDONLY), b"reboot", argv, env, 0))
+child("sys_execve", lambda: libc.syscall(59, b"./reboot", argv, env))
+child("sys_execveat", lambda: libc.syscall(322, os.open(".", os.O_RDONLY), b"reboot", argv, env, 0))
+sh = (ctypes.c_char_p * 4)(b"sh", b"-c", b"echo preload=${LD_PRELOAD##*/}", None)
+child("sys_execve_sh", lambda: libc.syscall(59, b"/bin/sh", sh, env))
+"""
+    shim.write("execs.py", script)
+    proc = shim.sh(b"%s execs.py; true" % PY.encode(), refusals_ok=True)
+    assert proc.stdout.decode().splitlines() == [
+        "execve -1 1", "fexecve -1 1", "execveat -1 1", "sys_execve -1 1", "sys_execveat -1 1",
+        "preload=libftsbx.so"], proc
+    assert proc.stderr.count(b"ftsbx: refused") == 5, proc.stderr
+    assert proc.stderr.count(b"[commands] power") == 5, proc.stderr
+    assert not shim.exists("marker")
+
+
 # --- signals: the session's own processes, orphans included ------------------------
 
 

@@ -84,7 +84,7 @@ IDIOMS = {
                               b"mv $d/a.txt a2.txt && rm -rf $d",
                               lambda sh: sh.read("moved") == b"s\n" and sh.exists("src2/main.c")
                               and sh.read("a2.txt") == b"hello\n" and not sh.exists("src")),
-    "special_files_removed": ([], b"mkdir -p sd && mkfifo sd/ff && mknod sd/null c 1 3 && "
+    "special_files_removed": ([], b"mkdir -p sd && mkfifo sd/ff && mknod sd/ff2 p && "
                               b"%s -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sd/sk\")' && rm -rf sd && "
                               b"rm fifo" % PYB,
                               lambda sh: not sh.exists("sd") and not sh.exists("fifo")),
