@@ -251,11 +251,15 @@ static void allow_beneath(int rs, const char *dir, uint64_t access)
 /* What the session's seccomp filter refuses (EPERM), on every ABI of the
  * machine, raw system calls and static programs included: calls that no
  * journal can undo and that act on the whole machine (restarting it, its
- * kernel modules, swap, clock, host name, I/O ports). A root agent's
- * ctypes reboot(), or busybox's, would otherwise take the host down. */
+ * kernel modules, swap, clock, host name, I/O ports, process accounting,
+ * BPF programs), and open_by_handle_at, which opens a file by its handle
+ * where no path rule (hidden, outside the roots) and no Landlock rule is
+ * asked. A root agent's ctypes reboot(), or busybox's, would otherwise take
+ * the host down. */
 static const long machine_calls[] = {
 	SYS_reboot, SYS_kexec_load, SYS_init_module, SYS_finit_module, SYS_delete_module, SYS_swapon,
 	SYS_swapoff, SYS_sethostname, SYS_setdomainname, SYS_settimeofday, SYS_clock_settime,
+	SYS_acct, SYS_bpf, SYS_open_by_handle_at,
 #ifdef SYS_kexec_file_load
 	SYS_kexec_file_load,
 #endif
@@ -264,9 +268,12 @@ static const long machine_calls[] = {
 #endif
 };
 #ifdef __x86_64__
-/* the same calls, and io_uring_setup, as a 32-bit program makes them (int 0x80) */
-static const long machine_calls_i386[] = { 88, 283, 128, 350, 129, 87, 115, 74, 121, 79, 264, 110, 101 };
+/* the same calls, and io_uring_setup, as a 32-bit program makes them (int 0x80;
+ * clock_settime64 too) */
+static const long machine_calls_i386[] = { 88, 283, 128, 350, 129, 87, 115, 74, 121, 79, 264, 404,
+					   51, 357, 342, 110, 101 };
 #define IO_URING_I386 425
+_Static_assert(sizeof(machine_calls_i386) <= sizeof(machine_calls), "session_filter sizes f by machine_calls");
 #endif
 
 #define RET(v)   ((struct sock_filter)BPF_STMT(BPF_RET | BPF_K, (v)))

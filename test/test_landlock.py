@@ -267,3 +267,40 @@ def test_a_static_kill_reaches_the_session_but_nothing_outside_it(scratch_policy
     finally:
         outside.kill()
         outside.wait()
+
+
+HANDLE = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Handle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int), ("f_handle", ctypes.c_ubyte * 128)]
+h, mnt = Handle(128), ctypes.c_int()
+got = libc.name_to_handle_at(-100, sys.argv[1].encode(), ctypes.byref(h), ctypes.byref(mnt), 0)
+print("name_to_handle_at", got)
+if got == 0:
+    fd = libc.open_by_handle_at(os.open(os.path.dirname(sys.argv[1]), os.O_RDONLY), ctypes.byref(h), os.O_RDONLY)
+    print("open_by_handle_at", fd, ctypes.get_errno(), os.read(fd, 64) if fd >= 0 else b"")
+print("acct", libc.acct(None), ctypes.get_errno())
+print("bpf", libc.syscall(321, 0x7fff, None, 0), ctypes.get_errno())
+"""
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_no_file_is_opened_by_its_handle_and_no_bpf_or_accounting(scratch_policy, tmp_path):
+    """open_by_handle_at opens a file where no path is looked up (no hidden
+    or writable-roots rule, no Landlock rule asks): the session's filter
+    refuses it with EPERM, and bpf and acct, which act on the whole machine.
+    The secret outside the roots stays unread."""
+    if os.geteuid() != 0:
+        pytest.skip("open_by_handle_at needs CAP_DAC_READ_SEARCH")
+    ws, outside, pol, _ = scratch_policy
+    (outside / "secret").write_text("the secret\n")
+    (ws / "handle.py").write_text(HANDLE)
+    r = run(ws, pol, tmp_path, f"python3 handle.py {outside}/secret")
+    lines = dict(line.split(None, 1) for line in r.stdout.splitlines())
+    if lines.get("name_to_handle_at") != "0":
+        pytest.skip("this filesystem gives no file handles")
+    assert lines["open_by_handle_at"].split()[:2] == ["-1", "1"], r.stdout + r.stderr     # EPERM
+    assert lines["acct"].split() == ["-1", "1"], r.stdout + r.stderr
+    assert lines["bpf"].split() == ["-1", "1"], r.stdout + r.stderr
+    assert "the secret" not in r.stdout
