@@ -305,13 +305,15 @@ static bool log_was_made(const struct jreader *r)
 
 static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint32_t seed)
 {
+	/* the mark is read first: a writer may make log/ and set it meanwhile */
+	bool made = !(r->features & JI_LAZYDIRS) || log_was_made(r);
 	int lfd = openat(r->dirfd, "log", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	char **names = NULL;
 	size_t nn = 0;
 	struct dirent *e;
 	DIR *d;
 
-	if (lfd < 0 && errno == ENOENT && (r->features & JI_LAZYDIRS) && !log_was_made(r))
+	if (lfd < 0 && errno == ENOENT && !made)
 		return 0;       /* nothing was ever written */
 	if (lfd < 0)
 		return -errno;

@@ -381,13 +381,17 @@ void jsession_close(struct jsession *s)
 static int subdir_fd(struct jsession *s, int *slot, const char *name, uint32_t made_bit)
 {
 	int fd = __atomic_load_n(slot, __ATOMIC_ACQUIRE), kept = -1;
+	uint32_t *made = s->ctr ? (uint32_t *)(void *)((char *)s->ctr + JL_DIRS_MADE) : NULL;
+	uint32_t was_made;
 
 	if (fd >= 0)
 		return fd;
+	/* the mark is read before the directory is looked for: another
+	 * writer may make both in between, which is no damage */
+	was_made = made ? __atomic_load_n(made, __ATOMIC_ACQUIRE) & made_bit : 0;
 	fd = openat(s->dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT && (s->features & JI_LAZYDIRS) && s->ctr) {
-		uint32_t *made = (uint32_t *)(void *)((char *)s->ctr + JL_DIRS_MADE);
-		if (__atomic_load_n(made, __ATOMIC_ACQUIRE) & made_bit)
+	if (fd < 0 && errno == ENOENT && (s->features & JI_LAZYDIRS) && made) {
+		if (was_made)
 			return -EIO;
 		if (mkdirat(s->dirfd, name, 0700) == 0) {
 			/* the first writer: the reserve comes with log/ */

@@ -726,6 +726,54 @@ static void test_log_and_objects_are_made_at_first_need(void **state)
 	assert_non_null(strstr(err, "log/"));
 }
 
+/* log/ and its mark made by another writer while a writer or a reader
+ * looks for log/ is no damage: the mark is read before the directory.
+ * Many fresh sessions, a child writing into each while the parent writes
+ * and reads: every open succeeds and no reader reports damage. */
+static void test_log_made_by_another_writer_meanwhile_is_no_damage(void **state)
+{
+	char *argv[] = { "unit", NULL };
+	char cmd[400];
+
+	(void)state;
+	for (int i = 0; i < 300; i++) {
+		struct jsession s;
+		struct jseg g;
+		struct jreader r;
+		char err[256];
+		int st, rc;
+		pid_t pid;
+
+		bare_session(0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			struct jsession cs;
+			struct jseg cg;
+			if (jsession_open(&cs, sdir(), NULL) || jseg_open(&cg, &cs, argv))
+				_exit(1);
+			jseg_close(&cg);
+			jsession_close(&cs);
+			_exit(0);
+		}
+		if (i & 1) {
+			rc = jreader_open(&r, sdir(), err, sizeof(err));
+			assert_int_equal(rc, 0);
+			assert_int_equal(r.ndmg, 0);
+			jreader_close(&r);
+		} else {
+			assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+			assert_int_equal(jseg_open(&g, &s, argv), 0);
+			jseg_close(&g);
+			jsession_close(&s);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", sdir());
+		assert_int_equal(system(cmd), 0);
+	}
+}
+
 /* A session made without JI_LAZYDIRS (an older writer's) has both from the
  * start, and a writer opens them with the session. */
 static void test_session_without_lazy_dirs_has_them_at_once(void **state)
@@ -1411,6 +1459,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reserve_is_given_back_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_older_session_layout_still_works, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_log_and_objects_are_made_at_first_need, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_log_made_by_another_writer_meanwhile_is_no_damage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_without_lazy_dirs_has_them_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_takes_one_root, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_not_in_an_older_session, setup, teardown),
