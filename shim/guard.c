@@ -586,6 +586,10 @@ HIDDEN int guard_signal(pid_t target, int sig)
 	in = target == 0 || (target > 0 && in_session(target)) || (target < -1 && in_session(-target));
 	if (policy_signal(pol, target, sig, in, &why) != PV_DENY)
 		return 0;
+	/* a process (or group) already gone is no one's: its pid told
+	 * in_session() nothing, and the call fails as it would, ESRCH */
+	if (target != -1 && syscall(SYS_kill, target, 0) < 0 && errno == ESRCH)
+		return ESRCH;
 	snprintf(what, sizeof(what), "kill %d %d", sig, (int)target);
 	return refuse("signal", what, NULL, NULL, why, EPERM);
 }
@@ -606,8 +610,12 @@ HIDDEN int guard_pidfd(int pidfd, int sig)
 	close(fd);
 	buf[n > 0 ? n : 0] = 0;
 	p = strstr(buf, "\nPid:");
-	if (p)
-		return guard_signal((pid_t)strtol(p + 5, NULL, 10), sig);
+	if (p) {
+		/* -1: the process is gone (the call fails, ESRCH); 0: it is in
+		 * another pid namespace, which this one cannot judge */
+		pid_t pid = (pid_t)strtol(p + 5, NULL, 10);
+		return pid > 0 ? guard_signal(pid, sig) : 0;
+	}
 	/* a /proc/PID directory descriptor works as a pidfd too (killall) */
 	char target[PATH_MAX];
 	if (path_fd(target, pidfd) == 0 && !strncmp(target, "/proc/", 6) && target[6] >= '1' && target[6] <= '9')

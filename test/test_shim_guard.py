@@ -325,6 +325,43 @@ print("own", libc.tgkill(own.pid, own.pid, signal.SIGKILL), own.wait())
         outside.wait()
 
 
+def test_a_signal_to_a_process_already_gone_is_not_refused(shim):
+    """A pid whose process has exited and been reaped belongs to no one:
+    kill, a process-group kill and pidfd_send_signal on a descriptor of a
+    reaped child fail with ESRCH as they do without the shim, with no
+    refusal; a live process outside the session is still refused."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    outside = subprocess.Popen(["sleep", "60"])
+    try:
+        script = b"""
+import ctypes, errno, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, f):
+    ctypes.set_errno(0)
+    print(name, f(), errno.errorcode.get(ctypes.get_errno(), 0))
+call("gone", lambda: libc.kill(%d, 15))
+call("gonegroup", lambda: libc.kill(-%d, 15))
+child = subprocess.Popen(["true"])
+pfd = os.pidfd_open(child.pid)
+child.wait()
+call("reaped", lambda: libc.kill(child.pid, 15))
+call("pidfd", lambda: libc.syscall(424, pfd, 15, None, 0))
+call("outside", lambda: libc.kill(%d, 15))
+""" % (gone.pid, gone.pid, outside.pid)
+        shim.write("gone.py", script)
+        proc = shim.sh(b"%s gone.py; kill %d; echo status $?" % (PY.encode(), gone.pid), refusals_ok=True)
+        assert proc.stdout.decode().splitlines() == [
+            "gone -1 ESRCH", "gonegroup -1 ESRCH", "reaped -1 ESRCH", "pidfd -1 ESRCH",
+            "outside -1 EPERM", "status 1"], proc
+        assert proc.stderr.count(b"ftsbx: refused") == 1, proc.stderr
+        assert b"No such process" in proc.stderr, proc.stderr
+        assert outside.poll() is None
+    finally:
+        outside.kill()
+        outside.wait()
+
+
 def test_every_way_to_exec_judges_the_program_that_runs(shim):
     """The program an exec runs, whatever argv[0] says: execve of a name
     with no slash (the kernel runs ./reboot, no PATH search), fexecve of a
