@@ -250,6 +250,19 @@ const char *policy_root(const struct policy *pol, size_t i)
 	return NULL;
 }
 
+bool policy_root_ancestor(const struct policy *pol, const char *abs)
+{
+	size_t n = strlen(abs);
+	const char *r;
+
+	if (n < 2)
+		return false;
+	for (size_t i = 0; (r = policy_root(pol, i)); i++)
+		if (!strncmp(r, abs, n) && r[n] == '/')
+			return true;
+	return false;
+}
+
 bool policy_signals_session(const struct policy *pol)
 {
 	return pol->b->signals;

@@ -121,6 +121,9 @@ const char *policy_source(const struct policy *pol);            /* the file, or 
 /* The I-th writable root (untracked ones too: what Landlock must allow),
  * NULL past the last. Only literal absolute roots are listed. */
 const char *policy_root(const struct policy *pol, size_t i);
+/* Is ABS a directory on the way to a writable or untracked root (a proper
+ * ancestor of one, not "/")? */
+bool policy_root_ancestor(const struct policy *pol, const char *abs);
 
 /*
  * ABS is an absolute, normalised path (no "//", ".", ".."; symlinks already

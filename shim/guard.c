@@ -388,11 +388,16 @@ static const char *own_proc(const char *p, char buf[PATH_MAX])
 }
 
 /* 0: journal it; 1: allowed, not journaled (untracked); else the errno.
- * CREATE: P is to be made (mkdir, mknod, symlink, a link's new name, bind);
- * where the rules refuse it but it is there already, the call changes
- * nothing and fails with the kernel's EEXIST, so it is let through (1), not
- * refused: mkdir -p tries every ancestor, /dev on its way to /dev/shm/x. */
-static int judge_write(const char *op, const char *p, mode_t type, bool create)
+ * CREATE: P is to be made (mkdir, mknod, symlink, a link's new name, bind;
+ * CREATE_DIR: mkdir); where the rules refuse it but it is there already, the call
+ * changes nothing and fails with the kernel's EEXIST, so it is let through
+ * (1), not refused: mkdir -p tries every ancestor, /dev on its way to
+ * /dev/shm/x. A directory on the way to a root (~/.local for ~/.local/lib
+ * in a new HOME) is made, not journaled: it is empty, and a rewind would
+ * find it holding what the untracked roots under it keep. */
+enum { CREATE = 1, CREATE_DIR };
+
+static int judge_write(const char *op, const char *p, mode_t type, int create)
 {
 	const char *why = NULL;
 	char own[PATH_MAX];
@@ -405,19 +410,21 @@ static int judge_write(const char *op, const char *p, mode_t type, bool create)
 	v = policy_path_typed(pol, own_proc(p, own), true, type, &why);
 	if (v == PV_UNTRACKED)
 		return 1;
+	if (v == PV_DENY && create && (lstat(p, &st) == 0 || (create == CREATE_DIR && policy_root_ancestor(pol, p))))
+		return 1;
 	if (v == PV_DENY)
-		return create && lstat(p, &st) == 0 ? 1 : refuse(op, p, NULL, NULL, why, EACCES);
+		return refuse(op, p, NULL, NULL, why, EACCES);
 	return 0;
 }
 
 HIDDEN int guard_write(const char *op, const char *p, mode_t type)
 {
-	return judge_write(op, p, type, false);
+	return judge_write(op, p, type, 0);
 }
 
-HIDDEN int guard_create(const char *p)
+HIDDEN int guard_create(const char *p, bool dir)
 {
-	return judge_write("create", p, 0, true);
+	return judge_write("create", p, 0, dir ? CREATE_DIR : CREATE);
 }
 
 HIDDEN int guard_device_node(const char *p)

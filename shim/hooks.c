@@ -649,7 +649,7 @@ HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
 		return err;
 	if ((S_ISCHR(mode) || S_ISBLK(mode)) && (err = guard_device_node(p)))
 		return err;
-	if ((err = guard_create(p)))
+	if ((err = guard_create(p, S_ISDIR(mode))))
 		return err == 1 ? 0 : err;
 	if (untracked(p))
 		return 0;
@@ -664,6 +664,11 @@ HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
 HIDDEN int pre_create(int dirfd, const char *path)
 {
 	return pre_mknod(dirfd, path, S_IFREG);
+}
+
+HIDDEN int pre_mkdir(int dirfd, const char *path)
+{
+	return pre_mknod(dirfd, path, S_IFDIR);
 }
 
 /* bind() of a Unix socket to a path makes a file there: a creation

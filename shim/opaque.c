@@ -237,15 +237,43 @@ static const char *const kind_name[PO_KINDS] = {
 	[PO_GO] = "a Go program", [PO_LDSO] = "the dynamic loader run as a program",
 };
 
-static void allow_beneath(int rs, const char *dir, uint64_t access)
+static bool allow_beneath(int rs, const char *dir, uint64_t access)
 {
 	struct landlock_path_beneath_attr pb = { .allowed_access = access };
 
 	pb.parent_fd = open(dir, O_PATH | O_CLOEXEC);
 	if (pb.parent_fd < 0)
-		return;
+		return false;
 	syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
 	close(pb.parent_fd);
+	return true;
+}
+
+/* A rule binds to a directory that exists now. A root that does not yet
+ * (~/.npm, ~/.cache, ~/.local/lib in a new HOME) would stay closed to the
+ * whole session: the session's own domain opens its nearest existing
+ * ancestor instead, when that lies in HOME (not HOME's parents), and the
+ * shim's path rules keep the rest of HOME closed to every program it sees
+ * into. A program it cannot see into gets its own domain at its exec, from
+ * the roots that exist then, with no such widening. */
+static void allow_missing_root(int rs, const char *root, uint64_t access)
+{
+	const char *home = shim_getenv("HOME");
+	size_t hn = home ? strlen(home) : 0;
+	char dir[PATH_MAX];
+	char *slash;
+
+	while (hn > 1 && home[hn - 1] == '/')
+		hn--;
+	if (hn < 2 || home[0] != '/' || strncmp(root, home, hn) || (root[hn] && root[hn] != '/') ||
+	    strlen(root) >= sizeof(dir))
+		return;
+	strcpy(dir, root);
+	while ((slash = strrchr(dir, '/')) && (size_t)(slash - dir) >= hn) {
+		*slash = 0;
+		if (allow_beneath(rs, dir, access))
+			return;
+	}
 }
 
 /* What the session's seccomp filter refuses (EPERM), on every ABI of the
@@ -399,7 +427,8 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 	roots = attr.fs & ~(uint64_t)(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK);
 	dev = attr.fs & (LANDLOCK_ACCESS_FS_WRITE_FILE | LL_IOCTL_DEV);
 	for (size_t i = 0; policy_root(pol, i); i++)
-		allow_beneath(rs, policy_root(pol, i), roots);
+		if (!allow_beneath(rs, policy_root(pol, i), roots) && journal && errno == ENOENT)
+			allow_missing_root(rs, policy_root(pol, i), roots);
 	if (journal)
 		allow_beneath(rs, journal, roots);
 	/* the terminals, /dev/null and the accelerators, /dev/shm, and a

@@ -244,8 +244,8 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_rename:     return pre_rename(AT_FDCWD, S(0), AT_FDCWD, S(1), 0);
 	case SYS_renameat:   return pre_rename(I(0), S(1), I(2), S(3), 0);
 	case SYS_renameat2:  return pre_rename(I(0), S(1), I(2), S(3), (unsigned)a[4]);
-	case SYS_mkdir:      return pre_create(AT_FDCWD, S(0));
-	case SYS_mkdirat:    return pre_create(I(0), S(1));
+	case SYS_mkdir:      return pre_mkdir(AT_FDCWD, S(0));
+	case SYS_mkdirat:    return pre_mkdir(I(0), S(1));
 	case SYS_mknod:      return pre_mknod(AT_FDCWD, S(0), (mode_t)a[1]);
 	case SYS_mknodat:    return pre_mknod(I(0), S(1), (mode_t)a[2]);
 	case SYS_link:       return pre_link(AT_FDCWD, S(0), AT_FDCWD, S(1), 0);

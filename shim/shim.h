@@ -117,6 +117,7 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags);
 HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned flags);
 HIDDEN int pre_create(int dirfd, const char *path);
 HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode);     /* pre_create, no device nodes */
+HIDDEN int pre_mkdir(int dirfd, const char *path);
 HIDDEN int pre_bind(const struct sockaddr *sa, socklen_t len);
 HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags);
 HIDDEN int pre_symlink(int dirfd, const char *path);
@@ -199,7 +200,7 @@ HIDDEN bool guard_audit(void);         /* audit mode: refusals recorded, not mad
 HIDDEN void guard_ready(void);         /* the mapped policy checked (once), before a first record */
 HIDDEN int guard_read(const char *p);
 HIDDEN int guard_write(const char *op, const char *p, mode_t type);
-HIDDEN int guard_create(const char *p);    /* guard_write of a new name */
+HIDDEN int guard_create(const char *p, bool dir);    /* guard_write of a new name */
 HIDDEN int guard_device_node(const char *p); /* mknod of a device: refused */
 /* FILE: the program as the exec names it; SEARCH: looked up through PATH
  * when it has no slash (execvp, posix_spawnp), not argv[0]. */

@@ -304,3 +304,39 @@ def test_no_file_is_opened_by_its_handle_and_no_bpf_or_accounting(scratch_policy
     assert lines["acct"].split() == ["-1", "1"], r.stdout + r.stderr
     assert lines["bpf"].split() == ["-1", "1"], r.stdout + r.stderr
     assert "the secret" not in r.stdout
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_roots_a_new_home_does_not_have_yet_can_be_made(scratch_policy, tmp_path):
+    """A new HOME has no ~/.npm and no ~/.local yet: a cache root and a
+    user-install root under them are made at their first use (mkdir -p makes
+    the ~/.local on the way, not journaled), while the rest of HOME stays
+    closed, to the shim's hooks and, in its own Landlock domain, to a static
+    program, which may write a root made before its exec. A rewind removes
+    what the journaled root got and leaves the cache."""
+    ws, _, pol, _ = scratch_policy
+    home = tmp_path / "home"
+    home.mkdir()
+    pol.write_text(f"[paths]\nwritable = {ws}\nwritable = ~/.local/lib\nuntracked = ~/.npm\n")
+    busybox = "/bin/busybox" if os.path.exists("/bin/busybox") else "/usr/bin/busybox"
+    script = ("mkdir -p ~/.npm/_cacache && echo c > ~/.npm/_cacache/entry; echo npm=$?; "
+              "mkdir -p ~/.local/lib/py && echo m > ~/.local/lib/py/mod.py; echo lib=$?; "
+              "mkdir ~/.local/other; echo other=$?; echo x > ~/.bashrc; echo rc=$?; "
+              f"{busybox} sh -c 'echo b > ~/.npm/bb; echo bbnpm=$?; echo x > ~/.profile; echo bbrc=$?; "
+              "mkdir ~/.elsewhere; echo bbdir=$?'")
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), FTSBX_POLICY=str(pol),
+               HOME=str(home))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
+        env.pop(k, None)
+    r = subprocess.run(["bash", "-c", script], cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["npm=0", "lib=0", "other=1", "rc=1", "bbnpm=0", "bbrc=1", "bbdir=1"], \
+        r.stdout + r.stderr
+
+    def listing():
+        return sorted(os.path.relpath(os.path.join(d, n), home)
+                      for d, ds, fs in os.walk(home) for n in ds + fs)
+    assert listing() == [".local", ".local/lib", ".local/lib/py", ".local/lib/py/mod.py", ".npm",
+                         ".npm/_cacache", ".npm/_cacache/entry", ".npm/bb"]
+    subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], check=True,
+                   capture_output=True)
+    assert listing() == [".local", ".npm", ".npm/_cacache", ".npm/_cacache/entry", ".npm/bb"]
