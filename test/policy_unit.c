@@ -695,6 +695,13 @@ static void test_builtin_default(void **state)
 	assert_int_equal(path(pol, "/home/u/.ssh/id_rsa", false), PV_DENY);
 	assert_int_equal(path(pol, "/home/u/.cache/x", true), PV_UNTRACKED);
 	assert_int_equal(path(pol, "/home/u/.gitconfig", false), PV_ALLOW);
+	/* user installs are written and journaled, so a rewind takes them back */
+	assert_int_equal(path(pol, "/home/u/.local/lib/python3.11/site-packages/x.py", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/home/u/.local/bin/tool", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/home/u/.gem/ruby/3.1.0/gems/x", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/home/u/.local/share/gem/ruby/3.1.0/x", true), PV_ALLOW);
+	assert_int_equal(path(pol, "/home/u/.gem/credentials", true), PV_DENY);
+	assert_int_equal(path(pol, "/home/u/.local/share/other", true), PV_DENY);
 	assert_int_equal(EXEC(pol, "git", "push", "--force"), PV_DENY);
 	assert_int_equal(EXEC(pol, "git", "push", "origin", "main"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "make", "-j8"), PV_ALLOW);
