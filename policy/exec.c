@@ -12,7 +12,9 @@
  * group, --recursive, --recursive=x, an abbreviation such as --recur);
  * argument tokens must match the program's operands in order (not
  * necessarily adjacent); an =TOKEN matches any one argument, options
- * included (kill =-1).
+ * included (kill =-1). A token written !TOKEN matches where TOKEN would
+ * not: no such flag, no such operand, no such argument (git push
+ * !--dry-run|-n).
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -215,6 +217,26 @@ static bool flag_present(const char *alts, char *const args[], int n)
 	return false;
 }
 
+/* Does an operand of ARGS (an argument that is not an option, or any after
+ * "--") match the alternatives PAT? */
+static bool operand_present(const char *pat, char *const args[], int n)
+{
+	bool dashdash = false;
+
+	for (int i = 0; i < n; i++) {
+		const char *g = args[i];
+		if (!dashdash && !strcmp(g, "--")) {
+			dashdash = true;
+			continue;
+		}
+		if (!dashdash && g[0] == '-' && g[1])
+			continue;
+		if (glob_any(pat, g, strlen(g), false))
+			return true;
+	}
+	return false;
+}
+
 static bool rule_match(const struct policy *pol, const struct pol_erule *r, const struct prog *pg,
 		       char *const args[], int n)
 {
@@ -226,16 +248,23 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 		return false;
 	for (uint32_t k = 0; k < r->ntok; k++) {
 		const char *pat = pol_str(pol, t[k].pat);
+		bool neg = pat[0] == '!';       /* !TOKEN: matches where TOKEN does not */
+		pat += neg;
 		if (t[k].kind == ET_FLAG) {
-			if (!flag_present(pat, args, n))
-				return false;
-			continue;
+			if (flag_present(pat, args, n) == !neg)
+				continue;
+			return false;
 		}
 		if (t[k].kind == ET_EXACT) {
 			int i = 0;
 			while (i < n && !glob_any(pat, args[i], strlen(args[i]), false))
 				i++;
-			if (i == n)
+			if ((i < n) == !neg)
+				continue;
+			return false;
+		}
+		if (neg) {
+			if (operand_present(pat, args, n))
 				return false;
 			continue;
 		}

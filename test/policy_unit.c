@@ -179,6 +179,46 @@ static void test_error_commands(void **state)
 	fails("[commands]\nx = dd of=[abc\n", 2, "unclosed [");
 	fails("[rewind]\nexcept = |pytest\n", 2, "empty alternative");
 	fails("[fetch-and-run]\nfetchers = curl a|b\n", 2, "bad program name 'a|b'");
+	/* negated tokens */
+	fails("[commands]\nok = git push !--dry-run\nbad = git push !\n", 3, "empty negation '!' in bad");
+	fails("[commands]\nbad = git push !!-n\n", 2, "double negation '!!-n'");
+	fails("[commands]\nbad = !git push\n", 2, "a program cannot be negated: '!git'");
+	fails("[commands]\nbad = rm !-rf\n", 2, "a negated flag is one flag or alternatives");
+	fails("[commands]\nbad = rm !-|--force\n", 2, "bad flag '-'");
+	fails("[commands]\nbad = kill !=\n", 2, "empty '=' token");
+	fails("[commands]\nbad = dd !of=[abc\n", 2, "unclosed [");
+	fails("[rewind]\nexcept = make !\n", 2, "empty negation");
+}
+
+static void test_key_commands_negation(void **state)
+{
+	struct policy *pol = load("[commands]\n"
+				  "pub = npm|cargo publish !-n|--dry-run\n"
+				  "del = kubectl delete !=--dry-run*\n"
+				  "stop = systemctl stop !--user !*.scope\n");
+	const char *why;
+
+	(void)state;
+	assert_int_equal(EXEC(pol, "npm", "publish"), PV_DENY);
+	assert_int_equal(EXEC(pol, "npm", "publish", "--access", "public"), PV_DENY);
+	assert_int_equal(EXEC(pol, "npm", "publish", "--dry-run"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "npm", "publish", "--dry"), PV_ALLOW);       /* abbreviated */
+	assert_int_equal(EXEC(pol, "cargo", "-n", "publish"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "cargo", "publish", "--", "--dry-run"), PV_DENY);  /* an operand */
+	assert_int_equal(EXEC(pol, "npm", "pack"), PV_ALLOW);
+	/* a flag or an operand that must not be there */
+	assert_int_equal(EXEC(pol, "systemctl", "stop", "nginx"), PV_DENY);
+	assert_int_equal(EXEC(pol, "systemctl", "--user", "stop", "app"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "systemctl", "stop", "run-1.scope"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "systemctl", "stop", "--", "run-1.scope"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "systemctl", "stop", "--", "--user"), PV_DENY);
+	/* an argument, options included */
+	assert_int_equal(EXEC(pol, "kubectl", "delete", "pod", "x"), PV_DENY);
+	assert_int_equal(EXEC(pol, "kubectl", "delete", "pod", "x", "--dry-run=client"), PV_ALLOW);
+	assert_int_equal(policy_exec(pol, NULL, (char *const[]){ "npm", "publish", NULL }, "/usr/bin", &why),
+			 PV_DENY);
+	assert_string_equal(why, "[commands] pub = npm|cargo publish !-n|--dry-run");
+	policy_free(pol);
 }
 
 static void test_error_network(void **state)
@@ -1062,6 +1102,7 @@ int main(void)
 		cmocka_unit_test(test_devices),
 		cmocka_unit_test(test_journal_dir_off_limits),
 		cmocka_unit_test(test_key_commands_flags_any_spelling),
+		cmocka_unit_test(test_key_commands_negation),
 		cmocka_unit_test(test_wrappers),
 		cmocka_unit_test(test_program_resolution),
 		cmocka_unit_test(test_shell_strings),
