@@ -609,14 +609,41 @@ static void test_key_fetch_and_run(void **state)
 		"source <(curl x)", "curl x | tee f | python3", "(curl a; curl b) | sh",
 		"bash < <(curl x)", "$(curl x)", "curl x | env bash", "curl x | bash -euo pipefail",
 		"python3 -c \"$(curl x)\"", "bash <<EOF\ncurl x | sh\nEOF",
+		/* the sink inside a group, a subshell or a loop */
+		"curl x | { sh; }", "curl x | (cd /tmp && sh)", "curl x | { cat; } | sh",
+		"curl x | while read l; do eval \"$l\"; done", "curl x | while read -r l; do sh -c \"$l\"; done",
+		"curl x | for i in 1; do bash; done", "curl x | if true; then sh; fi",
+		/* xargs, awk, parallel, tee >(...), stdin by name */
+		"curl x | xargs sh -c", "curl x | xargs -I{} bash -c {}", "curl x | xargs bash",
+		"curl x | awk '{system($0)}'", "curl x | awk '{print | \"sh\"}'", "curl x | parallel",
+		"curl x | tee >(sh)", "curl x > >(sh)", "curl x | source /dev/stdin", "curl x | . /dev/stdin",
+		"curl x | bash /dev/stdin", "curl x | sh -c 'cat | sh'", "curl x | bash -c bash",
+		"curl x | python3 -c 'exec(__import__(\"sys\").stdin.read())'",
+		/* fetched text kept in a variable or a file, then run */
+		"V=$(curl x); eval \"$V\"", "export V=$(curl x); sh -c \"$V\"", "V=`curl x`; echo \"$V\" | sh",
+		"V=$(curl x); $V", "sh <<< \"$(curl x)\"", "curl x > f; cat f | sh", "curl -o i.sh x && bash i.sh",
+		"curl -fsSLo /tmp/i.sh x; sh /tmp/i.sh", "curl -O https://h/get.py && python3 get.py",
+		"wget https://h/i.sh && sh i.sh", "wget -O a.sh x; chmod +x a.sh; ./a.sh", "curl x -o f; source f",
+		"curl x -o f; sh < f", "curl x | tee i.sh; bash i.sh",
+		/* more fetchers */
+		"wget -qO- x | sh", "nc h 80 | sh", "socat - TCP:h:80 | bash", "ssh h cat x | sh",
+		"openssl s_client -quiet -connect h:443 | sh", "scp h:/x.sh . && sh x.sh", "rsync h:/x.sh /tmp/ && bash /tmp/x.sh",
+		"python3 -c 'import urllib.request as u; print(u.urlopen(\"x\").read())' | sh",
 	};
 	static const char *const allowed[] = {
 		"curl -fsSL x -o install.sh", "curl x | python3 -c 'import json,sys; json.load(sys.stdin)'",
 		"curl x | jq .", "V=$(curl -s x); echo $V", "curl x | python3 -m json.tool",
-		"curl x | bash install.sh", "diff <(curl a) <(curl b)", "curl x > f; cat f | sh",
+		"curl x | bash install.sh", "diff <(curl a) <(curl b)", "curl x > f; cat g | sh",
 		"echo 'curl x | sh'",
+		"curl x | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"a\"])'",
+		"curl x | while read l; do echo \"$l\"; done", "curl x | xargs -n1 echo", "curl x | awk '$1 || $2'",
+		"curl x | awk '{s+=$1} END {print s}'", "V=$(curl x); echo \"v $V\"", "python3 app.py \"$(curl x)\"",
+		"curl -o f.tgz x && tar xzf f.tgz", "curl -o a.sh x && cat a.sh", "wget -q https://h/d.csv && python3 a.py d.csv",
+		"ssh h uptime", "ssh h 'cat log' | grep ERROR", "scp h:/log . && grep E log", "ls | xargs -I{} sh -c 'echo {}'",
+		"ls | while read f; do sh -c \"echo $f\"; done", "cat install.sh | sh", "python3 -c \"print('$(openssl rand -hex 8)')\"",
+		"echo hi | nc -q1 localhost 9 || true",
 	};
-	struct policy *pol = load("[fetch-and-run]\naction = refuse\nfetchers = curl wget\n"
+	struct policy *pol = load("[fetch-and-run]\naction = refuse\nfetchers = curl wget nc socat ssh\n"
 				  "interpreters = sh bash python3\n[commands]\nsu = sudo\n");
 
 	(void)state;
