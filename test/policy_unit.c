@@ -755,6 +755,7 @@ static void test_key_base(void **state)
 static void test_builtin_default(void **state)
 {
 	struct policy *pol;
+	const char *why;
 
 	(void)state;
 	assert_int_equal(policy_load(&pol, NULL, err, sizeof(err)), 0);
@@ -772,6 +773,14 @@ static void test_builtin_default(void **state)
 	assert_int_equal(EXEC(pol, "git", "push", "--force"), PV_DENY);
 	assert_int_equal(EXEC(pol, "git", "push", "origin", "main"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "make", "-j8"), PV_ALLOW);
+	/* the docker engine over TCP, libvirt, LXD, containerd's shims */
+	assert_int_equal(conn4(pol, "127.0.0.1", 2375, &why), PV_DENY);
+	assert_int_equal(conn4(pol, "10.1.2.3", 2376, &why), PV_DENY);
+	assert_int_equal(conn4(pol, "127.0.0.1", 8080, &why), PV_ALLOW);
+	assert_int_equal(connu(pol, "/run/libvirt/libvirt-sock"), PV_DENY);
+	assert_int_equal(connu(pol, "/var/snap/lxd/common/lxd/unix.socket"), PV_DENY);
+	assert_int_equal(connu(pol, "/home/u/.colima/default/docker.sock"), PV_DENY);
+	assert_int_equal(connu(pol, "/tmp/app.sock"), PV_ALLOW);
 	policy_free(pol);
 }
 
