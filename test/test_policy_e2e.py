@@ -40,7 +40,7 @@ TXREPLAY = os.path.join(BUILD, "txreplay")
 HIGH = read_corpus("high_risk.txt")
 ORDINARY = read_corpus("ordinary.txt")
 RESULTS = {}                    # (corpus, index) -> (category, outcome, line)
-CACHES = (b".cache", b".npm", b".local", b".triton", b".node-gyp", b".python_history", b".lesshst",
+CACHES = (b".cache", b".npm", b".local", b".gem", b".triton", b".node-gyp", b".python_history", b".lesshst",
           b".wget-hsts", b".node_repl_history")
 SECRET_B64 = base64.b64encode(SECRET.encode())[:16]
 PROLOGUE = "ulimit -f 20480; "  # a stand-in disk that is a file must not fill the real one
@@ -287,8 +287,7 @@ def test_user_installs_are_journaled_and_rewound(world):
     world.restore()
     # the roots are there when the session starts (Landlock can only give
     # a directory that exists; on a used machine they do)
-    for d in (".local/lib", ".local/bin", ".gem", ".local/share/gem"):
-        os.makedirs(os.path.join(world.home, d))
+    os.makedirs(os.path.join(world.home, ".local/share/gem"))
     before = snap(world.home)
     line = ("mkdir -p ~/.local/lib/python3/site-packages/evil ~/.gem/ruby/gems && "
             "echo 'import os' > ~/.local/lib/python3/site-packages/evil/__init__.py && "
