@@ -320,7 +320,7 @@ enum { W_ASSIGN = 1, W_DIGITS = 2, W_SPLIT = 4, W_APPLET = 8 };
  * alternative of a wrapper's names starts with the byte its first one does):
  * most programs start with none of them. All are lower-case letters. */
 #define LC(c) (1u << ((c) - 0x60))
-#define WRAPPER_FIRSTS (LC('e') | LC('n') | LC('t') | LC('s') | LC('i') | LC('c') | LC('x') | LC('l') | LC('b'))
+#define WRAPPER_FIRSTS (LC('e') | LC('n') | LC('t') | LC('s') | LC('i') | LC('c') | LC('x') | LC('l') | LC('b'))  /* sshpass: 's' */
 #define SHELL_NAMES "sh|bash|dash|zsh|ksh|mksh|ash|rbash|yash|posh|ksh93"
 #define SHELL_FIRSTS (LC('s') | LC('b') | LC('d') | LC('z') | LC('k') | LC('m') | LC('a') | LC('r') | LC('y') | LC('p'))
 
@@ -348,6 +348,7 @@ static const struct wrapper wrappers[] = {
 	{ "ld.so|ld-linux*.so*|ld-*.so*|ld64.so*", "", "|library-path|inhibit-rpath|audit|preload|argv0|"
 		   "glibc-hwcaps-prefix|glibc-hwcaps-mask|", "", 0, 0 },
 	{ "busybox", "", "", "", 0, W_APPLET },
+	{ "sshpass", "pfdP", "", "", 0, 0 },
 };
 
 static bool var_assign(const char *a)
@@ -500,6 +501,50 @@ static const char *shell_string(char *const argv[], int argc)
 	return c && i < argc ? argv[i] : NULL;
 }
 
+/* The remote command of "ssh [OPTIONS] DESTINATION COMMAND...", joined with
+ * spaces as ssh joins it for the remote shell, into BUF (N bytes); NULL if
+ * there is none (a login, -N, -s SUBSYSTEM) or it does not fit (*LONG). */
+static const char *ssh_command(char *const argv[], int argc, char *buf, size_t n, bool *toolong)
+{
+	int i;
+	size_t len = 0;
+
+	*toolong = false;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (a[0] != '-' || !a[1])
+			break;
+		for (const char *o = a + 1; *o; o++) {
+			if (*o == 'N' || *o == 's')
+				return NULL;
+			if (strchr("BbcDEeFIiJLlmOoPpQRSWw", *o)) {
+				if (!o[1])
+					i++;
+				break;
+			}
+		}
+	}
+	if (++i >= argc)        /* the destination, then the command */
+		return NULL;
+	for (; i < argc; i++) {
+		size_t an = strlen(argv[i]);
+		if (len + an + 2 > n) {
+			*toolong = true;
+			return NULL;
+		}
+		if (len)
+			buf[len++] = ' ';
+		memcpy(buf + len, argv[i], an);
+		len += an;
+	}
+	buf[len] = 0;
+	return buf;
+}
+
 bool pol_is_interpreter(const struct policy *pol, const char *name)
 {
 	const char *list = pol_str(pol, pol->b->interpreters);
@@ -577,6 +622,19 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 		if (is_shell(&pg) && (s = shell_string(argv, argc)) &&
 		    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
 			return PV_DENY;
+		/* ssh HOST COMMAND: the remote shell runs COMMAND; the same
+		 * rules hold there (ssh host sudo reboot) */
+		if (starts_with(&pg, 's') && has_name(&pg, "ssh")) {
+			char remote[4096];
+			bool toolong;
+			if ((s = ssh_command(argv, argc, remote, sizeof(remote), &toolong)) &&
+			    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
+				return PV_DENY;
+			if (toolong) {
+				*why = "an ssh command too long to check";
+				return PV_DENY;
+			}
+		}
 		w = find_wrapper(&pg, argv[0]);
 		idx = w ? unwrap_with(w, argv, argc, &split) : -1;
 		if (split && pol_shell(pol, split, strlen(split), path_value, depth + 1, why, NULL) == PV_DENY)

@@ -552,6 +552,29 @@ static void test_wrappers(void **state)
 	policy_free(pol);
 }
 
+static void test_ssh_remote_commands(void **state)
+{
+	struct policy *pol = load("[commands]\nfmt = mkfs|mkfs.*\npush = git push -f|--force\n"
+				  "[fetch-and-run]\nfetchers = curl\ninterpreters = sh\n");
+
+	(void)state;
+	/* the remote shell runs the words after the destination, joined */
+	assert_int_equal(EXEC(pol, "ssh", "host", "mkfs.ext4", "/dev/sda"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-p", "22", "-i", "k", "-o", "A=b", "host", "mkfs /dev/sda"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-tp22", "host", "cd /srv && git push --force"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "host", "curl -s x | sh"), PV_DENY);
+	assert_int_equal(EXEC(pol, "sshpass", "-p", "pw", "ssh", "host", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "env", "ssh", "-l", "u", "--", "host", "mkfs"), PV_DENY);
+	assert_int_equal(sh(pol, "ssh host 'mkfs /dev/sda'"), PV_DENY);
+	/* a login, a tunnel, a subsystem, a harmless command */
+	assert_int_equal(EXEC(pol, "ssh", "host"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "ssh", "-N", "-L", "8080:localhost:80", "host", "mkfs"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "ssh", "-s", "host", "sftp"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "ssh", "host", "uptime"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "ssh", "-p", "mkfs", "host", "ls"), PV_ALLOW);
+	policy_free(pol);
+}
+
 static void test_program_resolution(void **state)
 {
 	struct policy *pol = load("[commands]\nt = true\nabs = /opt/*/danger\n");
@@ -773,6 +796,19 @@ static void test_builtin_default(void **state)
 	assert_int_equal(EXEC(pol, "git", "push", "--force"), PV_DENY);
 	assert_int_equal(EXEC(pol, "git", "push", "origin", "main"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "make", "-j8"), PV_ALLOW);
+	/* the whole machine at once (never run for real by the corpora) */
+	assert_int_equal(sh(pol, "rm -rf --no-preserve-root /"), PV_DENY);
+	assert_int_equal(sh(pol, "rm -fr /*"), PV_DENY);
+	assert_int_equal(sh(pol, "rm -r ~/"), PV_DENY);
+	assert_int_equal(sh(pol, "find / -delete"), PV_DENY);
+	assert_int_equal(sh(pol, "chmod -R 000 /"), PV_DENY);
+	assert_int_equal(sh(pol, "rm -rf build ./dist /tmp/x"), PV_ALLOW);
+	assert_int_equal(sh(pol, "find / -name x -print"), PV_ALLOW);
+	/* an engine's containers and volumes; the rest of docker */
+	assert_int_equal(sh(pol, "docker system prune -af"), PV_DENY);
+	assert_int_equal(sh(pol, "docker compose down -v"), PV_DENY);
+	assert_int_equal(sh(pol, "docker ps -a; docker compose down; docker run --rm a echo; docker exec c rm x"),
+			 PV_ALLOW);
 	/* the docker engine over TCP, libvirt, LXD, containerd's shims */
 	assert_int_equal(conn4(pol, "127.0.0.1", 2375, &why), PV_DENY);
 	assert_int_equal(conn4(pol, "10.1.2.3", 2376, &why), PV_DENY);
@@ -1140,6 +1176,7 @@ int main(void)
 		cmocka_unit_test(test_key_commands_flags_any_spelling),
 		cmocka_unit_test(test_key_commands_negation),
 		cmocka_unit_test(test_wrappers),
+		cmocka_unit_test(test_ssh_remote_commands),
 		cmocka_unit_test(test_program_resolution),
 		cmocka_unit_test(test_shell_strings),
 		cmocka_unit_test(test_key_fetch_and_run),
