@@ -511,6 +511,8 @@ static bool reads_stdin(char *const av[], int ac)
 				continue;
 			if (strpbrk(a + 1, shell ? "c" : "cemE"))
 				return false;
+			if (shell && a[0] == '-' && strchr(a + 1, 's'))
+				return true;    /* bash -s -- ARGS: the operands are its arguments */
 			if (shell && strpbrk(a + 1, "oO"))
 				i++;
 			continue;

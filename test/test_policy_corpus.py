@@ -56,7 +56,7 @@ swapoff swapon efibootmgr flashrom killall5 setcap userdel usermod useradd passw
 hatch uv buildah skopeo mvn gradle gradlew dotnet goreleaser lerna npx vsce kubectl terraform tofu pulumi
 doctl rclone s3cmd firebase wrangler supabase vault etcdctl mysqladmin mongo http tc iptables ip6tables
 iptables-restore nft ufw firewall-cmd ethtool networkctl resolvectl wg-quick dhclient arp hostname hostnamectl
-domainname sysctl modprobe rmmod insmod sshpass""".split()
+domainname sysctl modprobe rmmod insmod sshpass deno""".split()
 # Fetchers that are no web client: what they "fetch" is code that leaves a
 # marker if it ever runs (scp and rsync write it to their target).
 FETCHERS = "nc ncat netcat socat ssh telnet aria2c openssl".split()
