@@ -383,7 +383,7 @@ static bool code_runs(const char *code)
 		const char *c = b + 1;
 		while (*c == ' ')
 			c++;
-		if (*c == '"' && b[-1] != '|')
+		if (*c == '"' && (b == code || b[-1] != '|'))
 			return true;            /* awk's print | "sh" */
 	}
 	return false;
