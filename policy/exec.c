@@ -622,6 +622,18 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 		if (is_shell(&pg) && (s = shell_string(argv, argc)) &&
 		    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
 			return PV_DENY;
+		/* kubectl exec POD -- COMMAND...: the pod runs COMMAND; the
+		 * same rules hold there */
+		if ((starts_with(&pg, 'k') || starts_with(&pg, 'o') || starts_with(&pg, 'm')) && argc > 3 &&
+		    has_name(&pg, "kubectl|oc|microk8s.kubectl")) {
+			int dd = 1;
+			while (dd < argc && strcmp(argv[dd], "exec"))
+				dd++;
+			while (dd < argc && strcmp(argv[dd], "--"))
+				dd++;
+			if (dd + 1 < argc && exec_argv(pol, NULL, argv + dd + 1, path_value, depth + 1, why, NULL) == PV_DENY)
+				return PV_DENY;
+		}
 		/* ssh HOST COMMAND: the remote shell runs COMMAND; the same
 		 * rules hold there (ssh host sudo reboot) */
 		if (starts_with(&pg, 's') && has_name(&pg, "ssh")) {

@@ -552,7 +552,7 @@ static void test_wrappers(void **state)
 	policy_free(pol);
 }
 
-static void test_ssh_remote_commands(void **state)
+static void test_remote_commands(void **state)
 {
 	struct policy *pol = load("[commands]\nfmt = mkfs|mkfs.*\npush = git push -f|--force\n"
 				  "[fetch-and-run]\nfetchers = curl\ninterpreters = sh\n");
@@ -572,6 +572,11 @@ static void test_ssh_remote_commands(void **state)
 	assert_int_equal(EXEC(pol, "ssh", "-s", "host", "sftp"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "ssh", "host", "uptime"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "ssh", "-p", "mkfs", "host", "ls"), PV_ALLOW);
+	/* kubectl exec POD -- COMMAND...: the pod runs it */
+	assert_int_equal(EXEC(pol, "kubectl", "-n", "p", "exec", "-it", "web", "--", "mkfs", "/dev/sda"), PV_DENY);
+	assert_int_equal(EXEC(pol, "kubectl", "exec", "web", "--", "sh", "-c", "git push -f"), PV_DENY);
+	assert_int_equal(EXEC(pol, "kubectl", "exec", "web", "--", "ls", "/"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "kubectl", "logs", "mkfs"), PV_ALLOW);
 	policy_free(pol);
 }
 
@@ -1176,7 +1181,7 @@ int main(void)
 		cmocka_unit_test(test_key_commands_flags_any_spelling),
 		cmocka_unit_test(test_key_commands_negation),
 		cmocka_unit_test(test_wrappers),
-		cmocka_unit_test(test_ssh_remote_commands),
+		cmocka_unit_test(test_remote_commands),
 		cmocka_unit_test(test_program_resolution),
 		cmocka_unit_test(test_shell_strings),
 		cmocka_unit_test(test_key_fetch_and_run),
