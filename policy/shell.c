@@ -368,17 +368,22 @@ static bool code_fetches(const char *code)
 }
 
 /* Does the interpreter's code run text it reads (exec(sys.stdin.read()),
- * perl -ne 'system $_', awk '{print | "sh"}')? */
+ * perl -ne 'system $_', awk '{print | "sh"}', .then(eval))? The words
+ * count as words: "evaluation" is none. */
 static bool code_runs(const char *code)
 {
-	static const char *const marks[] = {
-		"eval", "exec(", "exec ", "system(", "system ", "popen", "subprocess", "spawn", "child_process", "`",
-		"runpy", "os.exec", "loadstring",
-	};
+	static const char *const words[] = { "eval", "exec", "system", "popen", "spawn", "loadstring", "execSync" };
+	static const char *const marks[] = { "subprocess", "child_process", "`", "runpy", "os.exec", "Function(" };
 
 	for (size_t k = 0; k < sizeof(marks) / sizeof(marks[0]); k++)
 		if (strstr(code, marks[k]))
 			return true;
+	for (size_t k = 0; k < sizeof(words) / sizeof(words[0]); k++) {
+		size_t n = strlen(words[k]);
+		for (const char *w = strstr(code, words[k]); w; w = strstr(w + 1, words[k]))
+			if ((w == code || !ident(w[-1])) && (!w[n] || strchr("( )\t;'\"", w[n])))
+				return true;
+	}
 	for (const char *b = strchr(code, '|'); b; b = strchr(b + 1, '|')) {
 		const char *c = b + 1;
 		while (*c == ' ')
@@ -398,6 +403,14 @@ static const char *code_arg(char *const av[], int ac, bool shell, int *at)
 		if (a[0] != '-' || !a[1] || a[1] == '-')
 			return NULL;
 		for (const char *o = a + 1; *o; o++) {
+			if (!shell && strchr("MIWXm", *o)) {
+				if (o[1])
+					break;          /* perl -MLWP::Simple: a value */
+				if (*o == 'm')
+					return NULL;    /* python3 -m MODULE: the program */
+				i++;                    /* python3 -W ignore */
+				break;
+			}
 			if (*o == 'c' || (!shell && strchr("eEr", *o))) {
 				if (!shell && o[1]) {
 					*at = i;
@@ -589,8 +602,13 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
 	code = code_arg(av, ac, shell, &at);
 	*sink = !code && reads_stdin(av, ac);
-	if (code && code_fetches(code))
+	bool fetching = false;
+	for (int k = 1; k < ac; k++)
+		fetching |= code_fetches(av[k]);
+	if (code && fetching)
 		*fetcher = true;        /* python3 -c "...urlopen(URL)..." */
+	if (on && code && fetching && code_runs(code))
+		deny(p, fetch_why);     /* python3 -c "exec(urlopen(URL).read())" */
 	*fetcher |= fed && !*sink;
 	if (!on)
 		return;
@@ -652,7 +670,8 @@ static void command(struct sh *p)
 	if (one_of(av[0], "eval\0source\0.\0")) {
 		for (int k = 1; k < ac; k++) {
 			if (on && (wf[k] || refs_var(p, av[k]) || (av[0][0] != 'e' && fetched_file(p, av[k])) ||
-				   (fed && (av[0][0] == 'e' ? strchr(av[k], '$') != NULL : stdin_path(av[k])))))
+				   (fed && av[0][0] == 'e' && strchr(av[k], '$')) ||
+				   ((fed || p->redir_fetch) && av[0][0] != 'e' && stdin_path(av[k]))))
 				deny(p, fetch_why);     /* eval "$(curl URL)", source i.sh, | while read l; do eval "$l" */
 			if (av[0][0] == 'e')
 				nested(p, av[k], strlen(av[k]));

@@ -657,6 +657,10 @@ static void test_key_fetch_and_run(void **state)
 		"curl x | bash -s -- stable", "wget -qO- x | sh", "nc h 80 | sh", "socat - TCP:h:80 | bash", "ssh h cat x | sh",
 		"openssl s_client -quiet -connect h:443 | sh", "scp h:/x.sh . && sh x.sh", "rsync h:/x.sh /tmp/ && bash /tmp/x.sh",
 		"python3 -c 'import urllib.request as u; print(u.urlopen(\"x\").read())' | sh",
+		/* code that fetches and runs what it fetched */
+		"python3 -c 'import urllib.request as u; exec(u.urlopen(\"x\").read())'",
+		"perl -MLWP::Simple -e 'eval get(\"x\")'", "node -e \"fetch('x').then(r => r.text()).then(eval)\"",
+		". /dev/stdin <<< \"$(curl x)\"",
 	};
 	static const char *const allowed[] = {
 		"curl -fsSL x -o install.sh", "curl x | python3 -c 'import json,sys; json.load(sys.stdin)'",
@@ -670,9 +674,11 @@ static void test_key_fetch_and_run(void **state)
 		"ssh h uptime", "ssh h 'cat log' | grep ERROR", "scp h:/log . && grep E log", "ls | xargs -I{} sh -c 'echo {}'",
 		"ls | while read f; do sh -c \"echo $f\"; done", "cat install.sh | sh", "python3 -c \"print('$(openssl rand -hex 8)')\"",
 		"echo hi | nc -q1 localhost 9 || true", "bash -s < local.sh", "cat s.sh | bash -s -- arg",
+		"python3 -c 'import requests; print(requests.get(\"x\").json()[\"evaluation\"])'",
+		"python3 -W ignore -c 'import urllib.request as u; print(u.urlopen(\"x\").status)'",
 	};
 	struct policy *pol = load("[fetch-and-run]\naction = refuse\nfetchers = curl wget nc socat ssh\n"
-				  "interpreters = sh bash python3\n[commands]\nsu = sudo\n");
+				  "interpreters = sh bash python3 perl node\n[commands]\nsu = sudo\n");
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
