@@ -815,6 +815,9 @@ static void test_builtin_default(void **state)
 	assert_int_equal(sh(pol, "chmod -R 000 /"), PV_DENY);
 	assert_int_equal(sh(pol, "rm -rf build ./dist /tmp/x"), PV_ALLOW);
 	assert_int_equal(sh(pol, "find / -name x -print"), PV_ALLOW);
+	/* killall5 and pidof are one program: pidof names the programs it looks for */
+	assert_int_equal(sh(pol, "killall5 -9"), PV_DENY);
+	assert_int_equal(EXEC(pol, "killall5", "-15"), PV_DENY);
 	/* an engine's containers and volumes; the rest of docker */
 	assert_int_equal(sh(pol, "docker system prune -af"), PV_DENY);
 	assert_int_equal(sh(pol, "docker compose down -v"), PV_DENY);
