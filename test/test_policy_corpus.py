@@ -56,13 +56,16 @@ swapoff swapon efibootmgr flashrom killall5 setcap userdel usermod useradd passw
 hatch uv buildah skopeo mvn gradle gradlew dotnet goreleaser lerna npx vsce kubectl terraform tofu pulumi
 doctl rclone s3cmd firebase wrangler supabase vault etcdctl mysqladmin mongo http tc iptables ip6tables
 iptables-restore nft ufw firewall-cmd ethtool networkctl resolvectl wg-quick dhclient arp hostname hostnamectl
-domainname sysctl modprobe rmmod insmod sshpass deno""".split()
+domainname sysctl modprobe rmmod insmod sshpass deno lvm ddrescue fwupdmgr busctl dbus-send git-send-pack
+semantic-release crane cdk service rfkill iw brctl ovs-vsctl wg dhcpcd ntpdate chronyc localectl aa-disable mc
+mongorestore bq apt apt-get yum dnf snap dpkg rpm pacman apk""".split()
 # Fetchers that are no web client: what they "fetch" is code that leaves a
 # marker if it ever runs (scp and rsync write it to their target).
 FETCHERS = "nc ncat netcat socat ssh telnet aria2c openssl".split()
 # Real programs whose publishing verbs must never run: the stand-in leaves a
 # marker for those and runs the real program for everything else.
-GUARDED = {"npm": "publish unpublish deprecate", "cargo": "publish yank", "docker": "push --push rm rmi prune kill",
+GUARDED = {"npm": "publish unpublish deprecate owner dist-tag access token login adduser", "cargo": "publish yank release",
+           "docker": "push --push --output* rm rmi prune kill",
            "date": "-s --set* [0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*"}
 
 FILES_WS = {
