@@ -58,7 +58,7 @@ doctl rclone s3cmd firebase wrangler supabase vault etcdctl mysqladmin mongo htt
 iptables-restore nft ufw firewall-cmd ethtool networkctl resolvectl wg-quick dhclient arp hostname hostnamectl
 domainname sysctl modprobe rmmod insmod sshpass deno lvm ddrescue fwupdmgr busctl dbus-send git-send-pack
 semantic-release crane cdk service rfkill iw brctl ovs-vsctl wg dhcpcd ntpdate chronyc localectl aa-disable mc
-mongorestore bq apt apt-get yum dnf snap dpkg rpm pacman apk""".split()
+mongorestore bq apt apt-get yum dnf snap dpkg rpm pacman apk update-rc.d""".split()
 # Fetchers that are no web client: what they "fetch" is code that leaves a
 # marker if it ever runs (scp and rsync write it to their target).
 FETCHERS = "nc ncat netcat socat ssh telnet aria2c openssl".split()
