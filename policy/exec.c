@@ -12,7 +12,9 @@
  * group, --recursive, --recursive=x, an abbreviation such as --recur);
  * argument tokens must match the program's operands in order (not
  * necessarily adjacent); an =TOKEN matches any one argument, options
- * included (kill =-1).
+ * included (kill =-1). A token written !TOKEN matches where TOKEN would
+ * not: no such flag, no such operand, no such argument (git push
+ * !--dry-run|-n).
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -215,6 +217,26 @@ static bool flag_present(const char *alts, char *const args[], int n)
 	return false;
 }
 
+/* Does an operand of ARGS (an argument that is not an option, or any after
+ * "--") match the alternatives PAT? */
+static bool operand_present(const char *pat, char *const args[], int n)
+{
+	bool dashdash = false;
+
+	for (int i = 0; i < n; i++) {
+		const char *g = args[i];
+		if (!dashdash && !strcmp(g, "--")) {
+			dashdash = true;
+			continue;
+		}
+		if (!dashdash && g[0] == '-' && g[1])
+			continue;
+		if (glob_any(pat, g, strlen(g), false))
+			return true;
+	}
+	return false;
+}
+
 static bool rule_match(const struct policy *pol, const struct pol_erule *r, const struct prog *pg,
 		       char *const args[], int n)
 {
@@ -226,16 +248,23 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 		return false;
 	for (uint32_t k = 0; k < r->ntok; k++) {
 		const char *pat = pol_str(pol, t[k].pat);
+		bool neg = pat[0] == '!';       /* !TOKEN: matches where TOKEN does not */
+		pat += neg;
 		if (t[k].kind == ET_FLAG) {
-			if (!flag_present(pat, args, n))
-				return false;
-			continue;
+			if (flag_present(pat, args, n) == !neg)
+				continue;
+			return false;
 		}
 		if (t[k].kind == ET_EXACT) {
 			int i = 0;
 			while (i < n && !glob_any(pat, args[i], strlen(args[i]), false))
 				i++;
-			if (i == n)
+			if ((i < n) == !neg)
+				continue;
+			return false;
+		}
+		if (neg) {
+			if (operand_present(pat, args, n))
 				return false;
 			continue;
 		}
@@ -291,7 +320,7 @@ enum { W_ASSIGN = 1, W_DIGITS = 2, W_SPLIT = 4, W_APPLET = 8 };
  * alternative of a wrapper's names starts with the byte its first one does):
  * most programs start with none of them. All are lower-case letters. */
 #define LC(c) (1u << ((c) - 0x60))
-#define WRAPPER_FIRSTS (LC('e') | LC('n') | LC('t') | LC('s') | LC('i') | LC('c') | LC('x') | LC('l') | LC('b'))
+#define WRAPPER_FIRSTS (LC('e') | LC('n') | LC('t') | LC('s') | LC('i') | LC('c') | LC('x') | LC('l') | LC('b'))  /* sshpass: 's' */
 #define SHELL_NAMES "sh|bash|dash|zsh|ksh|mksh|ash|rbash|yash|posh|ksh93"
 #define SHELL_FIRSTS (LC('s') | LC('b') | LC('d') | LC('z') | LC('k') | LC('m') | LC('a') | LC('r') | LC('y') | LC('p'))
 
@@ -319,6 +348,7 @@ static const struct wrapper wrappers[] = {
 	{ "ld.so|ld-linux*.so*|ld-*.so*|ld64.so*", "", "|library-path|inhibit-rpath|audit|preload|argv0|"
 		   "glibc-hwcaps-prefix|glibc-hwcaps-mask|", "", 0, 0 },
 	{ "busybox", "", "", "", 0, W_APPLET },
+	{ "sshpass", "pfdP", "", "", 0, 0 },
 };
 
 static bool var_assign(const char *a)
@@ -471,6 +501,50 @@ static const char *shell_string(char *const argv[], int argc)
 	return c && i < argc ? argv[i] : NULL;
 }
 
+/* The remote command of "ssh [OPTIONS] DESTINATION COMMAND...", joined with
+ * spaces as ssh joins it for the remote shell, into BUF (N bytes); NULL if
+ * there is none (a login, -N, -s SUBSYSTEM) or it does not fit (*LONG). */
+static const char *ssh_command(char *const argv[], int argc, char *buf, size_t n, bool *toolong)
+{
+	int i;
+	size_t len = 0;
+
+	*toolong = false;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (a[0] != '-' || !a[1])
+			break;
+		for (const char *o = a + 1; *o; o++) {
+			if (*o == 'N' || *o == 's')
+				return NULL;
+			if (strchr("BbcDEeFIiJLlmOoPpQRSWw", *o)) {
+				if (!o[1])
+					i++;
+				break;
+			}
+		}
+	}
+	if (++i >= argc)        /* the destination, then the command */
+		return NULL;
+	for (; i < argc; i++) {
+		size_t an = strlen(argv[i]);
+		if (len + an + 2 > n) {
+			*toolong = true;
+			return NULL;
+		}
+		if (len)
+			buf[len++] = ' ';
+		memcpy(buf + len, argv[i], an);
+		len += an;
+	}
+	buf[len] = 0;
+	return buf;
+}
+
 bool pol_is_interpreter(const struct policy *pol, const char *name)
 {
 	const char *list = pol_str(pol, pol->b->interpreters);
@@ -548,6 +622,31 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 		if (is_shell(&pg) && (s = shell_string(argv, argc)) &&
 		    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
 			return PV_DENY;
+		/* kubectl exec POD -- COMMAND...: the pod runs COMMAND; the
+		 * same rules hold there */
+		if ((starts_with(&pg, 'k') || starts_with(&pg, 'o') || starts_with(&pg, 'm')) && argc > 3 &&
+		    has_name(&pg, "kubectl|oc|microk8s.kubectl")) {
+			int dd = 1;
+			while (dd < argc && strcmp(argv[dd], "exec"))
+				dd++;
+			while (dd < argc && strcmp(argv[dd], "--"))
+				dd++;
+			if (dd + 1 < argc && exec_argv(pol, NULL, argv + dd + 1, path_value, depth + 1, why, NULL) == PV_DENY)
+				return PV_DENY;
+		}
+		/* ssh HOST COMMAND: the remote shell runs COMMAND; the same
+		 * rules hold there (ssh host sudo reboot) */
+		if (starts_with(&pg, 's') && has_name(&pg, "ssh")) {
+			char remote[4096];
+			bool toolong;
+			if ((s = ssh_command(argv, argc, remote, sizeof(remote), &toolong)) &&
+			    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
+				return PV_DENY;
+			if (toolong) {
+				*why = "an ssh command too long to check";
+				return PV_DENY;
+			}
+		}
 		w = find_wrapper(&pg, argv[0]);
 		idx = w ? unwrap_with(w, argv, argc, &split) : -1;
 		if (split && pol_shell(pol, split, strlen(split), path_value, depth + 1, why, NULL) == PV_DENY)

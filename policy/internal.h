@@ -17,7 +17,7 @@
 #include "policy.h"
 
 #define POL_MAGIC       0x4c4f5046u     /* "FPOL" */
-#define POL_VERSION     2u
+#define POL_VERSION     3u      /* 3: !TOKEN in command rules */
 
 /* The path tables: each is a sorted array of literal prefixes and an array
  * of glob patterns. */
@@ -105,7 +105,9 @@ static inline void pol_alt_firsts(const char *alts, uint32_t first[8], uint32_t 
 	}
 }
 
-enum { ET_FLAG, ET_ARG, ET_EXACT };   /* -x/--long, an operand, =ANY ARGUMENT */
+/* -x/--long, an operand, =ANY ARGUMENT; a pattern that starts with '!' is
+ * negated (!TOKEN: the rule matches where TOKEN does not) */
+enum { ET_FLAG, ET_ARG, ET_EXACT };
 struct pol_etok {
 	uint32_t kind, pat;
 };

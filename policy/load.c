@@ -341,13 +341,32 @@ static int add_erule(struct build *b, int table, const char *section, const char
 		if (bad_pattern(b, t))
 			return 0;
 		if (!r.prog) {
+			if (t[0] == '!')
+				return fail(b, "a program cannot be negated: '%s' in %s", t, key);
 			r.prog = add_cstr(b, t);
 			continue;
+		}
+		/* !TOKEN: the rule matches only where TOKEN does not; kept as
+		 * its pattern with the '!' in front (exec.c) */
+		bool neg = t[0] == '!';
+		if (neg) {
+			t++;
+			if (!*t)
+				return fail(b, "empty negation '!' in %s", key);
+			if (t[0] == '!')
+				return fail(b, "double negation '!!%s' in %s", t + 1, key);
 		}
 		if (t[0] != '-') {
 			if (t[0] == '=' && !t[1])
 				return fail(b, "empty '=' token in %s", key);
-			struct pol_etok e = { t[0] == '=' ? ET_EXACT : ET_ARG, add_cstr(b, t + (t[0] == '=')) };
+			struct pol_etok e = { t[0] == '=' ? ET_EXACT : ET_ARG, 0 };
+			if (neg && t[0] == '=')
+				*t = '!';        /* "!=X" is kept as "!X" */
+			else if (neg)
+				t--;
+			else
+				t += t[0] == '=';
+			e.pat = add_cstr(b, t);
 			if (add_entry(b, PT_TOKEN, &e, sizeof(e)) <= 0)
 				return 0;
 			r.ntok++;
@@ -355,6 +374,8 @@ static int add_erule(struct build *b, int table, const char *section, const char
 		}
 		/* Flags: "-rf" is -r and -f; alternatives are single flags. */
 		bool alts = strchr(t, '|') != NULL;
+		if (neg && !alts && t[1] != '-' && t[1] && t[2])
+			return fail(b, "a negated flag is one flag or alternatives: '!%s' in %s (write !-x|-y)", t, key);
 		if (!alts && t[1] != '-' && t[1] && t[2]) {
 			for (const char *c = t + 1; *c; c++) {
 				char one[3] = { '-', *c, 0 };
@@ -370,7 +391,7 @@ static int add_erule(struct build *b, int table, const char *section, const char
 			if (a[0] != '-' || n < 2 || (a[1] != '-' && n != 2))
 				return fail(b, "bad flag '%.*s' in '%s' (write -x or --long)", (int)n, a, t);
 		}
-		struct pol_etok e = { ET_FLAG, add_cstr(b, t) };
+		struct pol_etok e = { ET_FLAG, add_cstr(b, neg ? t - 1 : t) };
 		if (add_entry(b, PT_TOKEN, &e, sizeof(e)) <= 0)
 			return 0;
 		r.ntok++;

@@ -4,10 +4,13 @@
  * newlines, ( ) groups, redirections and here-documents, $(...), `...`,
  * <(...)), closely enough to find its simple commands; each is checked as
  * an exec (exec.c: wrappers, [commands] rules, nested sh -c), and the
- * string as a whole is checked for fetch-and-run: code fetched by curl or
- * wget and handed to an interpreter, through a pipe (curl URL | sh), a
- * process substitution (bash <(curl URL)) or a command substitution
- * (sh -c "$(curl URL)", eval "$(wget -O- URL)").
+ * string as a whole is checked for fetch-and-run: code fetched by curl,
+ * wget, nc, ssh ... and handed to an interpreter, through a pipe (curl URL
+ * | sh, also into a group or loop the pipe feeds: curl URL | while read l;
+ * do eval "$l"; done), a process substitution (bash <(curl URL)), a command
+ * substitution (sh -c "$(curl URL)", eval "$(wget -O- URL)"), a variable
+ * (V=$(curl URL); eval "$V") or a file fetched earlier in the string (curl
+ * -o i.sh URL && bash i.sh).
  *
  * Words are taken literally: $VAR and globs are not expanded (the exec of
  * each program is checked again, with its real argv, when it happens). No
@@ -23,6 +26,7 @@
 #define MAX_PAREN       32
 #define MAX_HEREDOC     4
 #define MAX_NEST        8
+#define MAX_NAMES       8
 
 enum { WF_FETCHSUB = 1, WF_PROCFETCH = 2 };     /* word flags */
 enum { OP_SEP, OP_PIPE, OP_OPEN, OP_CLOSE };
@@ -43,17 +47,25 @@ struct sh {
 	char *argv[MAXW + 1];
 	uint8_t wf[MAXW];
 	int argc;
-	bool in_word, redirect, redir_in, redir_fetch, want_delim;
+	bool in_word, redirect, redir_in, redir_fetch, redir_fd, want_delim;
+	const char *redir_out;          /* where the command's output goes (> FILE) */
 	uint8_t cur_wf;
 	size_t word_start;
 	/* here-documents waiting for the end of the line */
 	int nhd;
 	char hd[MAX_HEREDOC][64];
 	bool hd_strip[MAX_HEREDOC], hd_shell;
-	/* pipelines and ( ) groups */
-	bool pipe_fetch, last_fetch;
+	/* pipelines, and compound commands: ( ) and { } groups, loops, if
+	 * and case; FED: the compound's standard input is fetched code (it
+	 * is a stage after curl URL |, or inside one that is) */
+	bool pipe_fetch, last_fetch, after_pipe;
 	int paren;
-	bool group_fetch[MAX_PAREN], saved_pipe[MAX_PAREN];
+	bool group_fetch[MAX_PAREN], saved_pipe[MAX_PAREN], fed[MAX_PAREN];
+	/* variables assigned fetched text (V=$(curl URL)), files written by a
+	 * fetcher (curl -o F URL, wget URL, scp host:F .) */
+	int nvars, nfiles;
+	char vars[MAX_NAMES][32];
+	char files[MAX_NAMES][64];
 };
 
 static void deny(struct sh *p, const char *why)
@@ -64,19 +76,44 @@ static void deny(struct sh *p, const char *why)
 	}
 }
 
+static enum pverdict shell_in(const struct policy *pol, const char *script, size_t len, const char *path_value,
+			      int depth, const char **why, bool *fetches, bool fed);
+
 /* Check the nested script S[0..N) ($(...), `...`, <(...), a here-doc);
- * true if it runs a fetcher. */
-static bool nested(struct sh *p, const char *s, size_t n)
+ * true if it runs a fetcher. FED: its standard input is fetched code
+ * (tee >(sh) after curl URL |). */
+static bool nested_in(struct sh *p, const char *s, size_t n, bool fed)
 {
 	const char *why = NULL;
 	bool fetches = false;
 
 	if (p->deny)
 		return false;
-	if (pol_shell(p->pol, s, n, p->path_value, p->depth + 1, &why, &fetches) == PV_DENY)
+	if (shell_in(p->pol, s, n, p->path_value, p->depth + 1, &why, &fetches, fed && p->pol->b->fetch_run) ==
+	    PV_DENY)
 		deny(p, why);
 	p->fetches |= fetches;
 	return fetches;
+}
+
+static bool nested(struct sh *p, const char *s, size_t n)
+{
+	return nested_in(p, s, n, false);
+}
+
+/* Is the standard input of the command being read fetched code? */
+static bool stage_fed(const struct sh *p)
+{
+	return p->after_pipe ? p->pipe_fetch : p->fed[p->paren];
+}
+
+/* Is the command being read (its words so far) a fetcher? */
+static bool fetcher_so_far(const struct sh *p)
+{
+	const char *split;
+	int idx = p->argc ? pol_unwrap(p->argv, p->argc, &split) : -1;
+
+	return idx >= 0 && pol_is_fetcher(p->pol, pol_base(p->argv[idx]));
 }
 
 /* The index of the ')' closing the '(' before S[I], or N. */
@@ -117,10 +154,10 @@ static void put_span(struct sh *p, size_t from, size_t to)
 
 /* $(...), `...` or <(...) starting at I (the body from B to E, the whole
  * up to END): copied literally into the word, checked as a script. */
-static void substitution(struct sh *p, size_t b, size_t e, size_t end, uint8_t flag)
+static void substitution(struct sh *p, size_t b, size_t e, size_t end, uint8_t flag, bool fed)
 {
 	put_span(p, p->i, end);
-	if (nested(p, p->s + b, e - b))
+	if (nested_in(p, p->s + b, e - b, fed))
 		p->cur_wf |= flag;
 	p->i = end;
 }
@@ -132,7 +169,7 @@ static void dollar(struct sh *p)
 
 	if (i + 1 < n && s[i + 1] == '(' && !(i + 2 < n && s[i + 2] == '(')) {
 		e = find_close(s, i + 2, n);
-		substitution(p, i + 2, e, e < n ? e + 1 : n, WF_FETCHSUB);
+		substitution(p, i + 2, e, e < n ? e + 1 : n, WF_FETCHSUB, false);
 	} else if (i + 1 < n && (s[i + 1] == '(' || s[i + 1] == '{')) {
 		/* $((arithmetic)) and ${parameter}: literal */
 		e = s[i + 1] == '(' ? find_close(s, i + 2, n) : i + 1;
@@ -162,7 +199,7 @@ static void backtick(struct sh *p)
 			e++;
 	if (e > p->n)
 		e = p->n;
-	substitution(p, p->i + 1, e, e < p->n ? e + 1 : p->n, WF_FETCHSUB);
+	substitution(p, p->i + 1, e, e < p->n ? e + 1 : p->n, WF_FETCHSUB, false);
 }
 
 static void dquote(struct sh *p)
@@ -188,6 +225,232 @@ static void dquote(struct sh *p)
 	p->i++;
 }
 
+/* --- what a script fetched ------------------------------------------------------ */
+
+static const char *base_of(const char *w)
+{
+	const char *b = strrchr(w, '/');
+
+	return b ? b + 1 : w;
+}
+
+static void remember(char names[][64], int *n, const char *w, size_t len)
+{
+	if (*n < MAX_NAMES && len && len < 64) {
+		memcpy(names[*n], w, len);
+		names[(*n)++][len] = 0;
+	}
+}
+
+/* The name curl -O or wget give the download of URL. */
+static void remember_url(struct sh *p, const char *url)
+{
+	size_t n = strcspn(url, "?#");
+	const char *b = url;
+
+	for (const char *c = url; c < url + n; c++)
+		if (*c == '/')
+			b = c + 1;
+	if (b < url + n && strstr(url, "://"))
+		remember(p->files, &p->nfiles, b, (size_t)(url + n - b));
+	else if (strstr(url, "://"))
+		remember(p->files, &p->nfiles, "index.html", 10);
+}
+
+/* Was W written by a fetcher earlier in the script (the same path, or the
+ * same file name: curl -o /tmp/i.sh URL; sh i.sh)? */
+static bool fetched_file(const struct sh *p, const char *w)
+{
+	const char *b = base_of(w);
+
+	for (int k = 0; k < p->nfiles; k++)
+		if (!strcmp(w, p->files[k]) || (*b && !strcmp(b, base_of(p->files[k]))))
+			return true;
+	return false;
+}
+
+static bool ident(char c)
+{
+	return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+/* Does W use a variable that holds fetched text ($V, ${V})? */
+static bool refs_var(const struct sh *p, const char *w)
+{
+	for (const char *d = strchr(w, '$'); d; d = strchr(d + 1, '$')) {
+		const char *v = d + 1 + (d[1] == '{');
+		size_t n = 0;
+		while (ident(v[n]))
+			n++;
+		for (int k = 0; n && k < p->nvars; k++)
+			if (strlen(p->vars[k]) == n && !memcmp(p->vars[k], v, n))
+				return true;
+	}
+	return false;
+}
+
+static void remember_var(struct sh *p, const char *assign)
+{
+	size_t n = 0;
+
+	while (ident(assign[n]))
+		n++;
+	if (n && n < sizeof(p->vars[0]) && p->nvars < MAX_NAMES) {
+		memcpy(p->vars[p->nvars], assign, n);
+		p->vars[p->nvars++][n] = 0;
+	}
+}
+
+/* The files a fetcher writes: curl -o F / -O, wget -O F or the URL's
+ * name, aria2c -o F; scp and rsync from a remote host: their target and
+ * the names they copy. */
+static void fetch_outputs(struct sh *p, char *const av[], int ac)
+{
+	const char *name = base_of(av[0]);
+	bool curl = !strcmp(name, "curl"), wget = !strcmp(name, "wget"), aria = !strcmp(name, "aria2c");
+	bool copy = glob_any("scp|rsync|sftp", name, strlen(name), false);
+	bool remote_name = wget || aria, remote = false;
+	const char *out = NULL;
+
+	for (int i = 1; i < ac; i++) {
+		const char *a = av[i];
+		if (a[0] == '-' && a[1] == '-') {
+			const char *eq = strchr(a, '=');
+			if ((curl && !strncmp(a, "--output", 8) && strncmp(a, "--output-", 9)) ||
+			    (wget && !strncmp(a, "--output-document", 17)) || (aria && !strncmp(a, "--out", 5)))
+				out = eq ? eq + 1 : i + 1 < ac ? av[++i] : NULL;
+			else if (curl && !strncmp(a, "--remote-name", 13))
+				remote_name = true;
+			continue;
+		}
+		if (a[0] == '-' && a[1]) {
+			for (const char *c = a + 1; *c; c++) {
+				if ((curl && *c == 'o') || (wget && *c == 'O') || (aria && *c == 'o')) {
+					out = c[1] ? c + 1 : i + 1 < ac ? av[++i] : NULL;
+					break;
+				}
+				if (curl && *c == 'O')
+					remote_name = true;
+			}
+			continue;
+		}
+		if (copy) {
+			const char *colon = strchr(a, ':'), *slash = strchr(a, '/');
+			if (colon && colon > a && (!slash || slash > colon)) {
+				remote = true;
+				remember(p->files, &p->nfiles, base_of(a), strlen(base_of(a)));
+			} else if (remote || i == ac - 1) {
+				out = a;
+			}
+		} else if (remote_name && (!out || strcmp(out, "-"))) {
+			remember_url(p, a);
+		}
+	}
+	if (copy && !remote)
+		return;
+	if (out && strcmp(out, "-") && strcmp(out, "/dev/stdout"))
+		remember(p->files, &p->nfiles, out, strlen(out));
+}
+
+/* Does the interpreter's code (python3 -c CODE ...) fetch from the network? */
+static bool code_fetches(const char *code)
+{
+	static const char *const marks[] = {
+		"urlopen", "urllib.request", "requests.get", "http.client", "urlretrieve", "httpx.get", "LWP::",
+		"HTTP::Tiny", "open-uri", "Net::HTTP", "https.get", "http.get(", "fetch(", "file_get_contents('http",
+		"file_get_contents(\"http", "Invoke-WebRequest", "socket.create_connection", "IO::Socket",
+	};
+
+	for (size_t k = 0; k < sizeof(marks) / sizeof(marks[0]); k++)
+		if (strstr(code, marks[k]))
+			return true;
+	return false;
+}
+
+/* Does the interpreter's code run text it reads (exec(sys.stdin.read()),
+ * perl -ne 'system $_', awk '{print | "sh"}', .then(eval))? The words
+ * count as words: "evaluation" is none. */
+static bool code_runs(const char *code)
+{
+	static const char *const words[] = { "eval", "exec", "system", "popen", "spawn", "loadstring", "execSync" };
+	static const char *const marks[] = { "subprocess", "child_process", "`", "runpy", "os.exec", "Function(" };
+
+	for (size_t k = 0; k < sizeof(marks) / sizeof(marks[0]); k++)
+		if (strstr(code, marks[k]))
+			return true;
+	for (size_t k = 0; k < sizeof(words) / sizeof(words[0]); k++) {
+		size_t n = strlen(words[k]);
+		for (const char *w = strstr(code, words[k]); w; w = strstr(w + 1, words[k]))
+			if ((w == code || !ident(w[-1])) && (!w[n] || strchr("( )\t;'\"", w[n])))
+				return true;
+	}
+	for (const char *b = strchr(code, '|'); b; b = strchr(b + 1, '|')) {
+		const char *c = b + 1;
+		while (*c == ' ')
+			c++;
+		if (*c == '"' && (b == code || b[-1] != '|'))
+			return true;            /* awk's print | "sh" */
+	}
+	return false;
+}
+
+/* The code of "INTERPRETER ... -c CODE" (-e, -E, php's -r; a shell's -c
+ * string), its index in *AT; NULL if the program is a file or stdin. */
+static const char *code_arg(char *const av[], int ac, bool shell, int *at)
+{
+	for (int i = 1; i < ac; i++) {
+		const char *a = av[i];
+		if (a[0] != '-' || !a[1] || a[1] == '-')
+			return NULL;
+		for (const char *o = a + 1; *o; o++) {
+			if (!shell && strchr("MIWXm", *o)) {
+				if (o[1])
+					break;          /* perl -MLWP::Simple: a value */
+				if (*o == 'm')
+					return NULL;    /* python3 -m MODULE: the program */
+				i++;                    /* python3 -W ignore */
+				break;
+			}
+			if (*o == 'c' || (!shell && strchr("eEr", *o))) {
+				if (!shell && o[1]) {
+					*at = i;
+					return o + 1;
+				}
+				*at = i + 1;
+				return i + 1 < ac ? av[i + 1] : NULL;
+			}
+			if (shell && strchr("oO", *o))
+				i++;
+		}
+	}
+	return NULL;
+}
+
+/* The script operand of an interpreter run without code ("bash i.sh"). */
+static const char *script_arg(char *const av[], int ac, int *at)
+{
+	for (int i = 1; i < ac; i++) {
+		const char *a = av[i];
+		if (!strcmp(a, "--")) {
+			*at = i + 1;
+			return i + 1 < ac ? av[i + 1] : NULL;
+		}
+		if (a[0] == '-' && a[1])
+			continue;
+		if (!strcmp(a, "run") && glob_any("deno|bun", base_of(av[0]), strlen(base_of(av[0])), false))
+			continue;
+		*at = i;
+		return a;
+	}
+	return NULL;
+}
+
+static bool stdin_path(const char *w)
+{
+	return !strcmp(w, "-") || !strcmp(w, "/dev/stdin") || !strcmp(w, "/dev/fd/0") ||
+	       !strcmp(w, "/proc/self/fd/0");
+}
+
 /* --- words and commands --------------------------------------------------------- */
 
 static void end_word(struct sh *p)
@@ -204,13 +467,15 @@ static void end_word(struct sh *p)
 			memcpy(p->hd[p->nhd++], w, n + 1);
 		p->want_delim = false;
 	} else if (p->redirect) {
-		if (p->redir_in && (p->cur_wf & WF_PROCFETCH))
-			p->redir_fetch = true;
+		if (p->redir_in && (p->cur_wf || fetched_file(p, w) || refs_var(p, w)))
+			p->redir_fetch = true;  /* < <(curl URL), < FETCHED, <<< "$(curl URL)" */
+		if (!p->redir_in && !p->redir_fd)
+			p->redir_out = w;
 	} else if (p->argc < MAXW) {
 		p->argv[p->argc] = w;
 		p->wf[p->argc++] = p->cur_wf;
 	}
-	p->redirect = false;
+	p->redirect = p->redir_fd = false;
 	p->cur_wf = 0;
 }
 
@@ -248,44 +513,121 @@ static bool reads_stdin(char *const av[], int ac)
 {
 	const char *name = pol_base(av[0]);
 	bool shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox", name, strlen(name), false);
+	bool runner = glob_any("deno|bun", name, strlen(name), false);
 
 	for (int i = 1; i < ac; i++) {
 		const char *a = av[i];
-		if (!strcmp(a, "-") || !strcmp(a, "--"))
+		if (!strcmp(a, "-") || !strcmp(a, "--") || (runner && !strcmp(a, "run")))
 			continue;
 		if ((a[0] == '-' || (shell && a[0] == '+')) && a[1]) {
 			if (a[1] == '-')
 				continue;
 			if (strpbrk(a + 1, shell ? "c" : "cemE"))
 				return false;
+			if (shell && a[0] == '-' && strchr(a + 1, 's'))
+				return true;    /* bash -s -- ARGS: the operands are its arguments */
 			if (shell && strpbrk(a + 1, "oO"))
 				i++;
 			continue;
 		}
-		return false;
+		return stdin_path(a);   /* bash /dev/stdin */
 	}
 	return true;
 }
 
-static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool *fetcher, bool *sink)
+static void open_compound(struct sh *p)
 {
-	const char *split, *name;
-	int idx = pol_unwrap(av, ac, &split);
-	bool subs = false;
+	bool fed = stage_fed(p);
+
+	if (p->paren + 1 >= MAX_PAREN)
+		return;
+	p->saved_pipe[p->paren++] = p->pipe_fetch;
+	p->group_fetch[p->paren] = false;
+	p->fed[p->paren] = fed;
+	p->pipe_fetch = p->after_pipe = false;
+}
+
+static void close_compound(struct sh *p)
+{
+	if (p->paren > 0) {
+		bool f = p->group_fetch[p->paren--];
+		p->pipe_fetch = p->saved_pipe[p->paren];
+		p->group_fetch[p->paren] |= f;
+		p->last_fetch = f;
+	}
+	p->after_pipe = false;
+}
+
+/* The fetch-and-run checks of the simple command AV (after assignments
+ * and reserved words). FED: its standard input is fetched code. *FETCHER:
+ * its output is fetched code (curl URL, or cat FETCHED-FILE); *SINK: an
+ * interpreter reading its program from standard input. */
+static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool fed, bool *fetcher, bool *sink)
+{
+	const char *split, *name, *code, *script;
+	int idx = pol_unwrap(av, ac, &split), at = -1;
+	bool shell, xargs = false, on = p->pol->b->fetch_run;
 
 	if (idx < 0)
 		return;
-	for (int k = idx + 1; k < ac; k++)
-		subs |= wf[k] != 0;
-	name = pol_base(av[idx]);
-	*fetcher = pol_is_fetcher(p->pol, name);
-	if (!pol_is_interpreter(p->pol, name))
+	for (int k = 0; k < idx; k++)
+		xargs |= !strcmp(base_of(av[k]), "xargs");
+	av += idx, wf += idx, ac -= idx;
+	name = pol_base(av[0]);
+	*fetcher = pol_is_fetcher(p->pol, name) ||
+		   (!strcmp(name, "openssl") && ac > 1 && glob_any("s_client|s_time", av[1], strlen(av[1]), false));
+	if (*fetcher || glob_any("scp|rsync|sftp", name, strlen(name), false))
+		fetch_outputs(p, av, ac);
+	/* a command that reads fetched text passes it on: cat i.sh | sh,
+	 * echo "$V" | sh, and the first command inside a fed group */
+	for (int k = 1; k < ac && !*fetcher; k++)
+		*fetcher = (av[k][0] != '-' && fetched_file(p, av[k])) || refs_var(p, av[k]);
+	if (on && ((strchr(av[0], '/') && fetched_file(p, av[0])) || refs_var(p, av[0]) || wf[0]))
+		deny(p, fetch_why);     /* ./i.sh after curl -o i.sh URL, $V as a command */
+	if (on && fed && !strcmp(name, "parallel")) {
+		int k = 1;
+		while (k < ac && av[k][0] == '-')
+			k++;
+		if (k == ac || !strcmp(av[k], "{}") || pol_is_interpreter(p->pol, pol_base(av[k])))
+			deny(p, fetch_why);     /* curl URL | parallel: each line run */
+	}
+	if (on && fed && glob_any("awk|gawk|mawk|nawk|busybox", name, strlen(name), false))
+		for (int k = 1; k < ac; k++)
+			if (code_runs(av[k]))
+				deny(p, fetch_why);     /* curl URL | awk '{system($0)}' */
+	if (!pol_is_interpreter(p->pol, name)) {
+		*fetcher |= fed;
 		return;
-	*sink = reads_stdin(av + idx, ac - idx);
-	if (!p->pol->b->fetch_run)
+	}
+	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
+	code = code_arg(av, ac, shell, &at);
+	*sink = !code && reads_stdin(av, ac);
+	bool fetching = false;
+	for (int k = 1; k < ac; k++)
+		fetching |= code_fetches(av[k]);
+	if (code && fetching)
+		*fetcher = true;        /* python3 -c "...urlopen(URL)..." */
+	if (on && code && fetching && code_runs(code))
+		deny(p, fetch_why);     /* python3 -c "exec(urlopen(URL).read())" */
+	*fetcher |= fed && !*sink;
+	if (!on)
 		return;
-	if (subs || ((p->pipe_fetch || p->redir_fetch) && *sink))
-		deny(p, fetch_why);
+	if (code && at >= 0 && at < ac && (wf[at] || refs_var(p, code)))
+		deny(p, fetch_why);     /* python3 -c "$(curl URL)", sh -c "$V" */
+	if (!code && (script = script_arg(av, ac, &at)) && (wf[at] || fetched_file(p, script)))
+		deny(p, fetch_why);     /* bash <(curl URL), curl -o i.sh URL; bash i.sh */
+	if ((fed || p->redir_fetch) && *sink)
+		deny(p, fetch_why);     /* curl URL | sh */
+	if (fed && code) {
+		const char *why = NULL;
+		if (xargs || (shell ? strchr(code, '$') != NULL : code_runs(code)))
+			deny(p, fetch_why);     /* | xargs sh -c, | while read l; do sh -c "$l"; done */
+		else if (shell && shell_in(p->pol, code, strlen(code), p->path_value, p->depth + 1, &why, NULL, true) ==
+			 PV_DENY)
+			deny(p, why);           /* curl URL | sh -c 'cat | sh' */
+	}
+	if (fed && xargs && !code)
+		deny(p, fetch_why);             /* curl URL | xargs bash */
 }
 
 static void command(struct sh *p)
@@ -293,11 +635,18 @@ static void command(struct sh *p)
 	char **av = p->argv;
 	const uint8_t *wf = p->wf;
 	int ac = p->argc;
-	bool fetcher = false, sink = false;
+	bool fetcher = false, sink = false, fed, on = p->pol->b->fetch_run;
 
+	p->last_fetch = false;
 	/* assignments, reserved words, builtins that run their arguments */
 	while (ac && (is_assign(av[0]) || one_of(av[0], "if\0then\0else\0elif\0fi\0do\0done\0while\0until\0"
 						 "!\0{\0}\0time\0esac\0coproc\0exec\0builtin\0nohup\0"))) {
+		if (is_assign(av[0]) && wf[0])
+			remember_var(p, av[0]);                 /* V=$(curl URL) */
+		else if (one_of(av[0], "if\0while\0until\0{\0"))
+			open_compound(p);
+		else if (one_of(av[0], "fi\0done\0}\0esac\0"))
+			close_compound(p);
 		av++, wf++, ac--;
 		while (ac && !strcmp(av[-1], "exec") && av[0][0] == '-') {
 			int skip = !strcmp(av[0], "-a") && ac > 1 ? 2 : 1;
@@ -309,22 +658,35 @@ static void command(struct sh *p)
 			return;
 		av++, wf++, ac--;
 	}
+	if (ac && one_of(av[0], "export\0local\0declare\0typeset\0readonly\0"))
+		for (int k = 1; k < ac; k++)
+			if (is_assign(av[k]) && wf[k])
+				remember_var(p, av[k]);
+	if (ac && one_of(av[0], "for\0case\0select\0"))
+		open_compound(p);
 	if (!ac || one_of(av[0], "for\0case\0select\0function\0[[\0((\0"))
 		return;
-	if (wf[0] & WF_FETCHSUB && p->pol->b->fetch_run)
-		deny(p, fetch_why);             /* $(curl URL) run as a command */
+	fed = stage_fed(p);
 	if (one_of(av[0], "eval\0source\0.\0")) {
 		for (int k = 1; k < ac; k++) {
-			if (wf[k] && p->pol->b->fetch_run)
-				deny(p, fetch_why);
+			if (on && (wf[k] || refs_var(p, av[k]) || (av[0][0] != 'e' && fetched_file(p, av[k])) ||
+				   (fed && av[0][0] == 'e' && strchr(av[k], '$')) ||
+				   ((fed || p->redir_fetch) && av[0][0] != 'e' && stdin_path(av[k]))))
+				deny(p, fetch_why);     /* eval "$(curl URL)", source i.sh, | while read l; do eval "$l" */
 			if (av[0][0] == 'e')
 				nested(p, av[k], strlen(av[k]));
 		}
 		return;
 	}
-	check_fetch(p, av, ac, wf, &fetcher, &sink);
+	check_fetch(p, av, ac, wf, fed, &fetcher, &sink);
 	if (p->deny)
 		return;
+	if (p->redir_out && (fetcher || fed))
+		remember(p->files, &p->nfiles, p->redir_out, strlen(p->redir_out));   /* curl URL > i.sh */
+	if (fed && !strcmp(pol_base(av[0]), "tee"))
+		for (int k = 1; k < ac; k++)
+			if (av[k][0] != '-')
+				remember(p->files, &p->nfiles, av[k], strlen(av[k]));
 	const char *why = NULL;
 	av[ac] = NULL;
 	if (pol_exec_argv(p->pol, NULL, av, p->path_value, p->depth + 1, &why) == PV_DENY)
@@ -342,28 +704,21 @@ static void end_command(struct sh *p, int op)
 		command(p);
 	p->argc = 0;
 	p->len = 0;
-	p->redirect = p->redir_fetch = false;
+	p->redirect = p->redir_fetch = p->redir_fd = false;
+	p->redir_out = NULL;
 	switch (op) {
 	case OP_PIPE:
 		p->pipe_fetch |= p->last_fetch;
+		p->after_pipe = true;
 		break;
 	case OP_SEP:
-		p->pipe_fetch = false;
+		p->pipe_fetch = p->after_pipe = false;
 		break;
 	case OP_OPEN:
-		if (p->paren + 1 < MAX_PAREN) {
-			p->saved_pipe[p->paren++] = p->pipe_fetch;
-			p->group_fetch[p->paren] = false;
-		}
-		p->pipe_fetch = false;
+		open_compound(p);
 		break;
 	case OP_CLOSE:
-		if (p->paren > 0) {
-			bool f = p->group_fetch[p->paren--];
-			p->pipe_fetch = p->saved_pipe[p->paren];
-			p->group_fetch[p->paren] |= f;
-			p->last_fetch = f;
-		}
+		close_compound(p);
 		break;
 	}
 }
@@ -406,6 +761,7 @@ static void redirection(struct sh *p)
 		while (k < wn && w[k] >= '0' && w[k] <= '9')
 			k++;
 		if (k == wn) {
+			p->redir_fd = !(wn == 1 && w[0] == '1');
 			p->len = p->word_start;
 			p->in_word = false;
 		}
@@ -420,6 +776,7 @@ static void redirection(struct sh *p)
 			i++;
 		p->redirect = true;
 		p->redir_in = in;
+		p->redir_fd |= s[i - 1] == '&' && i - p->i == 2 && !in;     /* >&2 */
 	}
 	p->i = i;
 }
@@ -489,8 +846,11 @@ static void run(struct sh *p)
 		case '>':
 			if (p->i + 1 < p->n && s[p->i + 1] == '(') {   /* <(...) >(...) */
 				size_t e = find_close(s, p->i + 2, p->n);
+				/* >(sh) reads what the command writes: fetched code
+				 * if the command fetches it or passes it on */
+				bool fed = c == '>' && (stage_fed(p) || fetcher_so_far(p));
 				start_word(p);
-				substitution(p, p->i + 2, e, e < p->n ? e + 1 : p->n, WF_PROCFETCH);
+				substitution(p, p->i + 2, e, e < p->n ? e + 1 : p->n, WF_PROCFETCH, fed);
 			} else {
 				redirection(p);
 			}
@@ -534,14 +894,15 @@ static void run(struct sh *p)
 	end_command(p, OP_SEP);
 }
 
-enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len, const char *path_value,
-			int depth, const char **why, bool *fetches)
+static enum pverdict shell_in(const struct policy *pol, const char *script, size_t len, const char *path_value,
+			      int depth, const char **why, bool *fetches, bool fed)
 {
 	char stack[STACK_BUF];
 	size_t cap = 2 * len + 16;
 	struct sh p = { .pol = pol, .path_value = path_value, .depth = depth, .s = script, .n = len };
 
 	*why = NULL;
+	p.fed[0] = fed;
 	if (depth > MAX_NEST) {
 		*why = "commands nested too deeply to check";
 		return PV_DENY;
@@ -559,4 +920,10 @@ enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len
 		*fetches = p.fetches;
 	*why = p.deny ? p.why : NULL;
 	return p.deny ? PV_DENY : PV_ALLOW;
+}
+
+enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len, const char *path_value,
+			int depth, const char **why, bool *fetches)
+{
+	return shell_in(pol, script, len, path_value, depth, why, fetches, false);
 }

@@ -14,7 +14,8 @@ lays out, under one mktemp -d directory:
 
 and writes BASE/policy.ini: policies/default.ini with the writable roots
 narrowed to the workspace and TMPDIR (the scratch tree itself is under /tmp,
-which the default leaves writable) and the stand-in docker socket refused.
+which the default leaves writable), the stand-in docker socket refused and
+BASE/marks untracked (a stand-in that runs leaves its marker).
 Nothing here touches anything outside BASE.
 """
 import os
@@ -50,10 +51,22 @@ blkdiscard sgdisk hdparm losetup cryptsetup mdadm mount umount sudo su doas
 pkexec runuser chroot nsenter crontab at pnpm yarn twine gem podman poetry
 flit gh ip ifconfig route nmcli ifdown ifup netplan hwclock timedatectl setenforce
 chattr zfs btrfs aws gcloud gsutil az heroku vercel flyctl helm dropdb psql mysql
-redis-cli mongosh""".split()
+redis-cli mongosh nvme blockdev badblocks lvremove vgremove pvremove lvcreate lvresize gdisk cfdisk
+swapoff swapon efibootmgr flashrom killall5 setcap userdel usermod useradd passwd chpasswd visudo git-push
+hatch uv buildah skopeo mvn gradle gradlew dotnet goreleaser lerna npx vsce kubectl terraform tofu pulumi
+doctl rclone s3cmd firebase wrangler supabase vault etcdctl mysqladmin mongo http tc iptables ip6tables
+iptables-restore nft ufw firewall-cmd ethtool networkctl resolvectl wg-quick dhclient arp hostname hostnamectl
+domainname sysctl modprobe rmmod insmod sshpass deno lvm ddrescue fwupdmgr busctl dbus-send git-send-pack
+semantic-release crane cdk service rfkill iw brctl ovs-vsctl wg dhcpcd ntpdate chronyc localectl aa-disable mc
+mongorestore bq apt apt-get yum dnf snap dpkg rpm pacman apk update-rc.d""".split()
+# Fetchers that are no web client: what they "fetch" is code that leaves a
+# marker if it ever runs (scp and rsync write it to their target).
+FETCHERS = "nc ncat netcat socat ssh telnet aria2c openssl".split()
 # Real programs whose publishing verbs must never run: the stand-in leaves a
 # marker for those and runs the real program for everything else.
-GUARDED = {"npm": "publish unpublish", "cargo": "publish", "docker": "push", "date": "-s --set"}
+GUARDED = {"npm": "publish unpublish deprecate owner dist-tag access token login adduser", "cargo": "publish yank release",
+           "docker": "push --push --output* rm rmi prune kill",
+           "date": "-s --set* [0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*"}
 
 FILES_WS = {
     "hello.c": '#include <stdio.h>\nint main(void) { puts("Hello"); return 0; }\n',
@@ -87,6 +100,11 @@ FILES_HOME = {
     ".git-credentials": SECRET,
     ".kube/config": SECRET,
     ".docker/config.json": SECRET,
+    # the user-install roots, there on a used machine (Landlock can only
+    # give a writable root that exists when the session starts)
+    ".local/lib/.keep": "",
+    ".local/bin/.keep": "",
+    ".gem/.keep": "",
 }
 FILES_SYS = {
     "etc/passwd": "root:x:0:0::/root:/bin/sh\n",
@@ -182,6 +200,15 @@ class Scratch:
                    f'*) echo "touch {mark}";;\nesac\n')
         last_url = 'url=\nfor a in "$@"; do case "$a" in http*) url=$a;; esac; done\n'
         self.script("wget", last_url + fetched)
+        for name in FETCHERS:
+            self.script(name, f'echo "touch {mark}"\n')
+        # scp and rsync: the last argument is the target (a directory: the
+        # source's name in it)
+        copy = ('for a in "$@"; do src=$dst; dst=$a; done\n'
+                'case "$dst" in */|.) dst="$dst/${src##*/}";; esac\n'
+                f'[ -d "$dst" ] && dst="$dst/${{src##*/}}"\necho "touch {mark}" > "$dst"\n')
+        self.script("scp", copy)
+        self.script("rsync", copy)
         self.script("curl", last_url + 'prev=\nfor a in "$@"; do\n  if [ "$prev" = --unix-socket ]; then\n'
                             '    exec python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); '
                             f's.connect(sys.argv[1]); open(\'{self.marks}/socket-connected\', \'w\')" "$a"\n'
@@ -198,6 +225,9 @@ class Scratch:
             text = f.read()
         text = re.sub(r"(?m)^writable = /(var/)?tmp\n", "", text)
         text += "\n[network]\ndeny = unix:${SYS}/run/docker.sock\n"
+        # a stand-in's marker is written wherever it runs (not journaled,
+        # so a rewind does not take the evidence away)
+        text += f"\n[paths]\nuntracked = {self.marks}\n"
         with open(self.policy, "w") as f:
             f.write(text)
 

@@ -40,7 +40,7 @@ TXREPLAY = os.path.join(BUILD, "txreplay")
 HIGH = read_corpus("high_risk.txt")
 ORDINARY = read_corpus("ordinary.txt")
 RESULTS = {}                    # (corpus, index) -> (category, outcome, line)
-CACHES = (b".cache", b".npm", b".local", b".triton", b".node-gyp", b".python_history", b".lesshst",
+CACHES = (b".cache", b".npm", b".local", b".gem", b".triton", b".node-gyp", b".python_history", b".lesshst",
           b".wget-hsts", b".node_repl_history")
 SECRET_B64 = base64.b64encode(SECRET.encode())[:16]
 PROLOGUE = "ulimit -f 20480; "  # a stand-in disk that is a file must not fill the real one
@@ -278,3 +278,24 @@ def test_ordinary_runs_the_same(world, i):
                                 "REFUSED" if refused else "DIFFERENT STATUS", line)
     assert same and not refused, f"{line!r}: exit {plain.returncode} without the shim, " \
                                  f"{shimmed.returncode} with it\nstderr: {shimmed.stderr[-1500:]!r}"
+
+
+def test_user_installs_are_journaled_and_rewound(world):
+    """pip install --user and gem install --user-install write under
+    ~/.local and ~/.gem: writable roots of the default policy, journaled, so
+    a rewind takes the install back (they were untracked caches before)."""
+    world.restore()
+    # the roots are there when the session starts (Landlock can only give
+    # a directory that exists; on a used machine they do)
+    os.makedirs(os.path.join(world.home, ".local/share/gem"))
+    before = snap(world.home)
+    line = ("mkdir -p ~/.local/lib/python3/site-packages/evil ~/.gem/ruby/gems && "
+            "echo 'import os' > ~/.local/lib/python3/site-packages/evil/__init__.py && "
+            "printf '#!/bin/sh\\necho trojan\\n' > ~/.local/bin/ls && chmod +x ~/.local/bin/ls && "
+            "touch ~/.gem/ruby/gems/x.gem ~/.local/share/gem/y")
+    proc = world.run(line)
+    assert proc.returncode == 0 and b"ftsbx: refused" not in proc.stderr, proc.stderr
+    assert os.path.exists(os.path.join(world.home, ".local/bin/ls"))
+    rewind = subprocess.run([TXREPLAY, "rewind", world.journal], capture_output=True)
+    assert rewind.returncode == 0, rewind.stderr
+    assert not diff_snapshots(before, snap(world.home)), diff_snapshots(before, snap(world.home))
