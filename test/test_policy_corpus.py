@@ -100,8 +100,10 @@ FILES_HOME = {
     ".git-credentials": SECRET,
     ".kube/config": SECRET,
     ".docker/config.json": SECRET,
-    # the user-install roots, there on a used machine (Landlock can only
-    # give a writable root that exists when the session starts)
+    ".pgpass": SECRET,
+    ".config/rclone/rclone.conf": SECRET,
+    # the user-install roots, there on a used machine (test_landlock.py
+    # makes them in a new HOME)
     ".local/lib/.keep": "",
     ".local/bin/.keep": "",
     ".gem/.keep": "",
