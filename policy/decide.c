@@ -263,6 +263,24 @@ bool policy_root_ancestor(const struct policy *pol, const char *abs)
 	return false;
 }
 
+bool policy_root_entry_outside(const struct policy *pol, const char *abs)
+{
+	char parent[PATH_MAX];
+	const char *r, *why, *slash = strrchr(abs, '/');
+	size_t n = slash ? (size_t)(slash - abs) : 0;
+	bool root = false;
+
+	for (size_t i = 0; !root && (r = policy_root(pol, i)); i++)
+		root = !strcmp(r, abs);
+	if (!root || n >= sizeof(parent))
+		return root;
+	memcpy(parent, abs, n);
+	parent[n ? n : 1] = 0;
+	if (!n)
+		parent[0] = '/';
+	return policy_path(pol, parent, true, &why) == PV_DENY;
+}
+
 bool policy_signals_session(const struct policy *pol)
 {
 	return pol->b->signals;

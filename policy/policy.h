@@ -124,6 +124,9 @@ const char *policy_root(const struct policy *pol, size_t i);
 /* Is ABS a directory on the way to a writable or untracked root (a proper
  * ancestor of one, not "/")? */
 bool policy_root_ancestor(const struct policy *pol, const char *abs);
+/* Is ABS a writable or untracked root itself, whose own entry lies in a
+ * directory outside every root (~/.npm in HOME, /tmp in /)? */
+bool policy_root_entry_outside(const struct policy *pol, const char *abs);
 
 /*
  * ABS is an absolute, normalised path (no "//", ".", ".."; symlinks already

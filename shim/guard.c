@@ -408,6 +408,13 @@ static int judge_write(const char *op, const char *p, mode_t type, int create)
 	if (mode == PM_OFF)
 		return 0;
 	v = policy_path_typed(pol, own_proc(p, own), true, type, &why);
+	/* a root's own entry is in a directory outside the roots: the root
+	 * may be made (above), not removed or renamed away */
+	if (v != PV_DENY && !create && (!strcmp(op, "remove") || !strcmp(op, "rename")) &&
+	    policy_root_entry_outside(pol, p)) {
+		v = PV_DENY;
+		why = "a writable root itself: its entry is outside the writable roots";
+	}
 	if (v == PV_UNTRACKED)
 		return 1;
 	if (v == PV_DENY && create && (lstat(p, &st) == 0 || (create == CREATE_DIR && policy_root_ancestor(pol, p))))

@@ -190,6 +190,31 @@ static void test_error_commands(void **state)
 	fails("[rewind]\nexcept = make !\n", 2, "empty negation");
 }
 
+/* The directories on the way to a root may be made; a root whose own entry
+ * is outside every root may not be removed; one inside another may. */
+static void test_root_ancestors_and_entries(void **state)
+{
+	struct policy *pol = load("[paths]\nwritable = /w/proj\nwritable = /t\nwritable = /t/ws\n"
+				  "untracked = /h/.local/share/x\n");
+
+	(void)state;
+	assert_non_null(pol);
+	assert_true(policy_root_ancestor(pol, "/h/.local"));
+	assert_true(policy_root_ancestor(pol, "/h/.local/share"));
+	assert_true(policy_root_ancestor(pol, "/w"));
+	assert_false(policy_root_ancestor(pol, "/h/.local/share/x"));
+	assert_false(policy_root_ancestor(pol, "/h/.loc"));
+	assert_false(policy_root_ancestor(pol, "/"));
+	assert_false(policy_root_ancestor(pol, "/etc"));
+	assert_true(policy_root_entry_outside(pol, "/w/proj"));
+	assert_true(policy_root_entry_outside(pol, "/t"));
+	assert_true(policy_root_entry_outside(pol, "/h/.local/share/x"));
+	assert_false(policy_root_entry_outside(pol, "/t/ws"));       /* its entry is in /t */
+	assert_false(policy_root_entry_outside(pol, "/w/proj/sub"));
+	assert_false(policy_root_entry_outside(pol, "/w"));
+	policy_free(pol);
+}
+
 static void test_key_commands_negation(void **state)
 {
 	struct policy *pol = load("[commands]\n"
@@ -1188,6 +1213,7 @@ int main(void)
 		cmocka_unit_test(test_devices),
 		cmocka_unit_test(test_journal_dir_off_limits),
 		cmocka_unit_test(test_key_commands_flags_any_spelling),
+		cmocka_unit_test(test_root_ancestors_and_entries),
 		cmocka_unit_test(test_key_commands_negation),
 		cmocka_unit_test(test_wrappers),
 		cmocka_unit_test(test_remote_commands),

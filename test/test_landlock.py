@@ -311,7 +311,7 @@ def test_roots_a_new_home_does_not_have_yet_can_be_made(scratch_policy, tmp_path
     """A new HOME has no ~/.npm and no ~/.local yet: a cache root and a
     user-install root under them are made at their first use (mkdir -p makes
     the ~/.local on the way, not journaled), while the rest of HOME stays
-    closed, to the shim's hooks and, in its own Landlock domain, to a static
+    closed (the new root may not be renamed away), to the shim's hooks and, in its own Landlock domain, to a static
     program, which may write a root made before its exec. A rewind removes
     what the journaled root got and leaves the cache."""
     ws, _, pol, _ = scratch_policy
@@ -321,7 +321,7 @@ def test_roots_a_new_home_does_not_have_yet_can_be_made(scratch_policy, tmp_path
     busybox = "/bin/busybox" if os.path.exists("/bin/busybox") else "/usr/bin/busybox"
     script = ("mkdir -p ~/.npm/_cacache && echo c > ~/.npm/_cacache/entry; echo npm=$?; "
               "mkdir -p ~/.local/lib/py && echo m > ~/.local/lib/py/mod.py; echo lib=$?; "
-              "mkdir ~/.local/other; echo other=$?; echo x > ~/.bashrc; echo rc=$?; "
+              "mkdir ~/.local/other; echo other=$?; echo x > ~/.bashrc; echo rc=$?; mv ~/.npm ~/.npm2; echo mv=$?; "
               f"{busybox} sh -c 'echo b > ~/.npm/bb; echo bbnpm=$?; echo x > ~/.profile; echo bbrc=$?; "
               "mkdir ~/.elsewhere; echo bbdir=$?'")
     env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), FTSBX_POLICY=str(pol),
@@ -329,7 +329,7 @@ def test_roots_a_new_home_does_not_have_yet_can_be_made(scratch_policy, tmp_path
     for k in ("FTSBX_TXN", "FTSBX_ROOT"):
         env.pop(k, None)
     r = subprocess.run(["bash", "-c", script], cwd=ws, env=env, capture_output=True, text=True, timeout=60)
-    assert r.stdout.split() == ["npm=0", "lib=0", "other=1", "rc=1", "bbnpm=0", "bbrc=1", "bbdir=1"], \
+    assert r.stdout.split() == ["npm=0", "lib=0", "other=1", "rc=1", "mv=1", "bbnpm=0", "bbrc=1", "bbdir=1"], \
         r.stdout + r.stderr
 
     def listing():

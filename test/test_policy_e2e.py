@@ -238,8 +238,9 @@ def test_high_risk_refused_or_rewound(world, i):
         damage.append(f"stand-ins ran: {marks}")
     if diff_snapshots(sys_before, sys_after):
         damage.append("the stand-in system tree changed")
-    if diff_snapshots(home_before, home_view(world.home)):
-        damage.append("the home directory changed")
+    home_diff = diff_snapshots(home_before, home_view(world.home))
+    if home_diff:
+        damage.append("the home directory changed:\n" + "\n".join(home_diff[:10]))
     if leaked(world, proc):
         damage.append("a secret leaked")
     if refs(world) != refs_before:
