@@ -197,12 +197,14 @@ int jshared_policy_put(struct jsession *s, uint32_t root, const void *p, size_t 
 	return err;
 }
 
+enum { FNV0 = 2166136261u, FNV_PRIME = 16777619u };
+
 static uint32_t fnv(const char *p, size_t n)
 {
-	uint32_t h = 2166136261u;       /* FNV-1a */
+	uint32_t h = FNV0;              /* FNV-1a */
 
 	while (n--)
-		h = (h ^ (uint8_t)*p++) * 16777619u;
+		h = (h ^ (uint8_t)*p++) * FNV_PRIME;
 	return h;
 }
 
@@ -220,17 +222,39 @@ static unsigned stripe(const char *p, size_t n)
 	return fnv(p, d) % PAGES * PER + fnv(p, n) % PER;
 }
 
-/* Add the stripes of P and of its parent directory to L. */
+/* Add the stripes of P and of its parent directory to L. One pass of FNV-1a
+ * over an absolute P gives the four hashes stripe() would take apart: of
+ * the parent's directory, the parent, P's directory and P. */
 static void add_path(struct jlockset *l, const char *p)
 {
-	const char *slash;
+	enum { PER = 4096 / sizeof(pthread_mutex_t), PAGES = JL_STRIPES / PER };
 	unsigned k[2];
 
 	if (!p)
 		return;
-	slash = strrchr(p, '/');
-	k[0] = stripe(p, strlen(p));
-	k[1] = stripe(p, slash && slash != p ? (size_t)(slash - p) : 1);
+	if (p[0] == '/') {
+		uint32_t h = FNV0, dir = FNV0, gdir = FNV0, par = FNV0;
+		size_t last = 0;
+		for (size_t i = 0; p[i]; i++) {
+			bool slash = p[i] == '/';
+			if (slash) {
+				par = h;
+				gdir = dir;
+				last = i;
+			}
+			h = (h ^ (uint8_t)p[i]) * FNV_PRIME;
+			if (slash)
+				dir = h;
+		}
+		if (!last)              /* the parent is "/" */
+			par = gdir = dir;
+		k[0] = dir % PAGES * PER + h % PER;
+		k[1] = gdir % PAGES * PER + par % PER;
+	} else {
+		const char *slash = strrchr(p, '/');
+		k[0] = stripe(p, strlen(p));
+		k[1] = stripe(p, slash && slash != p ? (size_t)(slash - p) : 1);
+	}
 	for (int i = 0; i < 2; i++) {
 		bool seen = false;
 		for (int j = 0; j < l->n; j++)

@@ -263,24 +263,6 @@ bool policy_root_ancestor(const struct policy *pol, const char *abs)
 	return false;
 }
 
-bool policy_root_entry_outside(const struct policy *pol, const char *abs)
-{
-	char parent[PATH_MAX];
-	const char *r, *why, *slash = strrchr(abs, '/');
-	size_t n = slash ? (size_t)(slash - abs) : 0;
-	bool root = false;
-
-	for (size_t i = 0; !root && (r = policy_root(pol, i)); i++)
-		root = !strcmp(r, abs);
-	if (!root || n >= sizeof(parent))
-		return root;
-	memcpy(parent, abs, n);
-	parent[n ? n : 1] = 0;
-	if (!n)
-		parent[0] = '/';
-	return policy_path(pol, parent, true, &why) == PV_DENY;
-}
-
 bool policy_signals_session(const struct policy *pol)
 {
 	return pol->b->signals;
@@ -338,6 +320,30 @@ static const char *prefix_rule(const struct policy *pol, int kind, const char *p
 			return pol_str(pol, e->rule);
 	}
 	return NULL;
+}
+
+bool policy_root_entry_outside(const struct policy *pol, const char *abs)
+{
+	char parent[PATH_MAX];
+	const char *why, *slash = strrchr(abs, '/');
+	size_t n = slash ? (size_t)(slash - abs) : 0;
+	size_t len = strlen(abs);
+	uint32_t h = POL_PHASH0;
+	bool root = false;
+
+	/* a removal asks this of every file: the filter of each table first,
+	 * then its sorted search */
+	for (size_t i = 0; i < len; i++)
+		h = pol_phash(h, (unsigned char)abs[i]);
+	for (int k = PK_WRITABLE; !root && k >= PK_UNTRACKED; k--)
+		root = pol_bit(pol->b->bloom[k], h % POL_BLOOM_BITS) && find_prefix(pol, k, abs, len);
+	if (!root || n >= sizeof(parent))
+		return root;
+	memcpy(parent, abs, n);
+	parent[n ? n : 1] = 0;
+	if (!n)
+		parent[0] = '/';
+	return policy_path(pol, parent, true, &why) == PV_DENY;
 }
 
 /*

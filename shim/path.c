@@ -204,9 +204,17 @@ static struct fdc {
 /* The paths apart, so that the entries a close looks at (fd % FDC_N) lie
  * in 2 KiB, not one per page. */
 static char fdc_path[FDC_N][PATH_MAX];
+/* Bit I: slot I has held a path at some time. Bits are set before the
+ * entry is written and never cleared (no race loses one), so a
+ * forget looks at the slots ever used, not at all 64: a program uses a few
+ * descriptor numbers over and over. */
+static uint64_t fdc_used;
+_Static_assert(FDC_N <= 64, "fdc_used has a bit per slot");
 
 static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *p)
 {
+	if (st)
+		__atomic_or_fetch(&fdc_used, 1ull << (e - fdc), __ATOMIC_ACQ_REL);
 	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
 	e->fd = fd;
 	if (st) {
@@ -257,9 +265,11 @@ HIDDEN void fdcache_forget(const char *path)
 {
 	size_t n = strlen(path);
 
-	for (int i = 0; i < FDC_N; i++)
+	for (uint64_t used = __atomic_load_n(&fdc_used, __ATOMIC_ACQUIRE); used; used &= used - 1) {
+		int i = __builtin_ctzll(used);
 		if (fdc[i].gen && fdc[i].fd >= 0 && path_under(fdc_path[i], path, n))
 			fdc_write(&fdc[i], -1, NULL, NULL);
+	}
 }
 
 HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
