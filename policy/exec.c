@@ -30,8 +30,12 @@ struct prog {
 	uint32_t first[8];      /* the first bytes of the names, a bitmap (bit C of first[C / 32]) */
 	unsigned char fb[4];    /* the same, each once */
 	int nfb;
-	char path[PATH_MAX];    /* as resolved through PATH ("" if not found) */
-	char final[PATH_MAX];   /* after following symlinks */
+	const char *path;       /* as resolved through PATH ("" if not found) */
+	const char *final;      /* after following symlinks */
+	/* where path and final are, when not the caller's own string: an
+	 * exec of a program by its path, not a symlink, writes neither (in a
+	 * shell's fork child each page of stack it writes is a page fault) */
+	char path_buf[PATH_MAX], final_buf[PATH_MAX];
 };
 
 const char *pol_base(const char *p)
@@ -72,45 +76,48 @@ static void search_path(char out[PATH_MAX], const char *file, const char *path_v
 	out[0] = 0;
 }
 
-/* Follow the symlinks of P (at most 8) into OUT. ST (if not NULL): the
- * file OUT ends at (st_ino 0 when not known), asked with lstat, which
- * tells a symlink as readlink does and saves the caller a lookup of its own:
- * OUT resolves to the same file as P (a relative target is taken from the
- * link's own directory, as the kernel takes it). */
-static void follow(char out[PATH_MAX], const char *p, struct stat *st)
+/* Follow the symlinks of P (at most 8): P itself when it is none, else OUT
+ * where they lead. ST (if not NULL): the file that ends at (st_ino 0 when
+ * not known), asked with lstat, which tells a symlink as readlink does and
+ * saves the caller a lookup of its own: one system call for a program
+ * exec'd by its path. A relative target is taken from the link's own
+ * directory, as the kernel takes it. */
+static const char *follow(char out[PATH_MAX], const char *p, struct stat *st)
 {
 	char t[PATH_MAX];
+	const char *cur = p;
 
-	size_t pn = strnlen(p, PATH_MAX - 1);
-
-	memcpy(out, p, pn);
-	out[pn] = 0;
 	if (st)
 		st->st_ino = 0;
 	for (int hops = 0; hops < 8; hops++) {
 		if (st) {
-			if (lstat(out, st) < 0) {
+			if (lstat(cur, st) < 0) {
 				st->st_ino = 0;
-				return;
+				return cur;
 			}
 			if (!S_ISLNK(st->st_mode))
-				return;
+				return cur;
 			st->st_ino = 0;
 		}
-		ssize_t n = readlink(out, t, sizeof(t) - 1);
+		ssize_t n = readlink(cur, t, sizeof(t) - 1);
 		if (n <= 0)
-			return;
+			return cur;
 		t[n] = 0;
 		if (t[0] == '/') {
 			memcpy(out, t, (size_t)n + 1);
+			cur = out;
 			continue;
 		}
-		char *slash = strrchr(out, '/');
-		size_t dn = slash ? (size_t)(slash - out) + 1 : 0;
+		const char *slash = strrchr(cur, '/');
+		size_t dn = slash ? (size_t)(slash - cur) + 1 : 0;
 		if (dn + (size_t)n + 1 > PATH_MAX)
-			return;
+			return cur;
+		if (cur != out)
+			memcpy(out, cur, dn);
 		memcpy(out + dn, t, (size_t)n + 1);
+		cur = out;
 	}
+	return cur;
 }
 
 static void add_name(struct prog *pg, const char *p)
@@ -137,13 +144,13 @@ static void resolve(struct prog *pg, const char *file, const char *argv0, const 
 	memset(pg->first, 0, sizeof(pg->first));
 	if (!file)
 		file = argv0;
-	if (strchr(file, '/')) {
-		size_t n = strnlen(file, PATH_MAX - 1);
-		memcpy(pg->path, file, n);
-		pg->path[n] = 0;
-	} else
-		search_path(pg->path, file, path_value);
-	follow(pg->final, pg->path[0] ? pg->path : file, st && strchr(file, '/') ? st : NULL);
+	if (strchr(file, '/'))
+		pg->path = file;
+	else {
+		search_path(pg->path_buf, file, path_value);
+		pg->path = pg->path_buf;
+	}
+	pg->final = follow(pg->final_buf, pg->path[0] ? pg->path : file, st && strchr(file, '/') ? st : NULL);
 	add_name(pg, argv0);
 	add_name(pg, file);
 	add_name(pg, pg->path);
@@ -598,6 +605,31 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 
 /* pol_exec_argv; ST (if not NULL): what policy_exec_stat says of it. */
 static enum pverdict exec_argv(const struct policy *pol, const char *file, char *const argv[],
+			       const char *path_value, int depth, const char **why, struct stat *st);
+
+/* ssh HOST COMMAND: the remote shell runs COMMAND; the same rules hold
+ * there (ssh host sudo reboot). Apart from exec_argv, so that its buffer
+ * is on the stack only for ssh: below exec_argv's frame every exec in a
+ * shell's fork child writes the frames of the checks, a page fault each
+ * new page. */
+static __attribute__((noinline)) bool ssh_denies(const struct policy *pol, char *const argv[], int argc,
+						 const char *path_value, int depth, const char **why)
+{
+	char remote[4096];
+	const char *s;
+	bool toolong;
+
+	if ((s = ssh_command(argv, argc, remote, sizeof(remote), &toolong)) &&
+	    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
+		return true;
+	if (toolong) {
+		*why = "an ssh command too long to check";
+		return true;
+	}
+	return false;
+}
+
+static enum pverdict exec_argv(const struct policy *pol, const char *file, char *const argv[],
 			       const char *path_value, int depth, const char **why, struct stat *st)
 {
 	int argc = count(argv);
@@ -636,17 +668,9 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 		}
 		/* ssh HOST COMMAND: the remote shell runs COMMAND; the same
 		 * rules hold there (ssh host sudo reboot) */
-		if (starts_with(&pg, 's') && has_name(&pg, "ssh")) {
-			char remote[4096];
-			bool toolong;
-			if ((s = ssh_command(argv, argc, remote, sizeof(remote), &toolong)) &&
-			    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
-				return PV_DENY;
-			if (toolong) {
-				*why = "an ssh command too long to check";
-				return PV_DENY;
-			}
-		}
+		if (starts_with(&pg, 's') && has_name(&pg, "ssh") &&
+		    ssh_denies(pol, argv, argc, path_value, depth, why))
+			return PV_DENY;
 		w = find_wrapper(&pg, argv[0]);
 		idx = w ? unwrap_with(w, argv, argc, &split) : -1;
 		if (split && pol_shell(pol, split, strlen(split), path_value, depth + 1, why, NULL) == PV_DENY)
