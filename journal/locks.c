@@ -34,7 +34,9 @@ size_t jlocks_size(void)
 }
 
 /* What a process maps of SESSION/shared: the policy's place starts there. */
-size_t jshared_size(void)
+/* With the shim's constructor (which asks it to map the policy) in
+ * .text.startup: the pages every process reads anyway. */
+__attribute__((section(".text.startup"))) size_t jshared_size(void)
 {
 	return JL_SHARED_MAP;
 }

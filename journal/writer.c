@@ -208,9 +208,23 @@ static void segment_record(struct jbuild *b, uint8_t *buf, size_t cap, pid_t pid
 	}
 }
 
+/* "lane-%03d.ftj", without snprintf: a fork child that takes a lane would
+ * fault in the pages of printf's machinery for it. */
 static void lane_name(char name[32], int k)
 {
-	snprintf(name, 32, "lane-%03d.ftj", k);
+	char d[12];
+	unsigned u = (unsigned)k;
+	int n = 0;
+
+	do
+		d[n++] = (char)('0' + u % 10);
+	while ((u /= 10));
+	while (n < 3)
+		d[n++] = '0';
+	memcpy(name, "lane-", 5);
+	for (name += 5; n;)
+		*name++ = d[--n];
+	memcpy(name, ".ftj", 5);
 }
 
 /* Give a lane up for good (its file could not be used, or may end in a

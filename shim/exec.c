@@ -20,27 +20,29 @@
 extern char **environ;
 
 #define STICKY_MAX 24
-static char sticky_buf[16384];
-static char *sticky[STICKY_MAX];        /* "NAME=VALUE"; LD_PRELOAD first */
-static unsigned char sticky_name[STICKY_MAX];   /* the length of "NAME=" */
-static size_t nsticky;
+/* The strings every process keeps (LD_PRELOAD and the session's few
+ * FTSBX_* variables, a few hundred bytes) go with the data the loader
+ * writes anyway (shim.h: HOT_DATA), where they cost no page fault of
+ * their own; a longer environment goes on in sticky_more. */
+static char sticky_buf[384] HOT_DATA;
+static char sticky_more[16384];
+static char *sticky[STICKY_MAX] HOT_DATA;       /* "NAME=VALUE"; LD_PRELOAD first */
+static unsigned char sticky_name[STICKY_MAX] HOT_DATA;  /* the length of "NAME=" */
+static size_t nsticky HOT_DATA;
 
-/* state.c: S[0..N) == T[0..N)? (no libc call: the constructor's path) */
-/* The constructor's path, with the constructor (state.c) */
-#define STARTUP_TEXT __attribute__((section(".text.startup")))
-
-STARTUP_TEXT static void add_sticky(const char *s, size_t *used)
+STARTUP_TEXT static void add_sticky(const char *s, size_t used[2])
 {
 	size_t n = strlen(s) + 1, k = 1;
+	int more = used[0] + n > sizeof(sticky_buf);
 
 	while (s[k - 1] && s[k - 1] != '=')
 		k++;
 
-	if (nsticky == STICKY_MAX || *used + n > sizeof(sticky_buf) || k > 255)
+	if (nsticky == STICKY_MAX || (more && used[1] + n > sizeof(sticky_more)) || k > 255)
 		return;
 	sticky_name[nsticky] = (unsigned char)k;
-	sticky[nsticky++] = memcpy(sticky_buf + *used, s, n);
-	*used += n;
+	sticky[nsticky++] = memcpy(more ? sticky_more + used[1] : sticky_buf + used[0], s, n);
+	used[more] += n;
 }
 
 /* Does the LD_PRELOAD value V name this library (an entry of its own,
@@ -76,7 +78,7 @@ STARTUP_TEXT HIDDEN void env_capture(void)
 {
 	char line[PATH_MAX + 16];
 	const char *pre = shim_getenv("LD_PRELOAD");
-	size_t used = 0, n = 0;
+	size_t used[2] = { 0, 0 }, n = 0;
 
 	append(line, &n, sizeof(line), "LD_PRELOAD=");
 	if (!pre || !lists_self(pre)) {
@@ -85,10 +87,10 @@ STARTUP_TEXT HIDDEN void env_capture(void)
 			append(line, &n, sizeof(line), " ");
 	}
 	append(line, &n, sizeof(line), pre ? pre : "");
-	add_sticky(line, &used);
+	add_sticky(line, used);
 	for (char **e = environ; e && *e; e++)
 		if (same_bytes(*e, "FTSBX_", 6) && !same_bytes(*e, "FTSBX_TXN_GROUP=", 16))
-			add_sticky(*e, &used);
+			add_sticky(*e, used);
 }
 
 static size_t name_len(const char *s)
@@ -111,8 +113,8 @@ static bool has_var(char *const *env, const char *var)
 /* The FTSBX_TXN a started program gets: its transaction (spawn_txn for a
  * child the root is starting, else this process's own). Per thread: the
  * agent's threads start tool calls at once. */
-static __thread char txn_var[32];
-static __thread long spawn_txn = -1;
+static __thread char txn_var[32] __attribute__((tls_model("initial-exec")));
+static __thread long spawn_txn __attribute__((tls_model("initial-exec"))) = -1;
 
 static void set_txn_var(void)
 {
@@ -305,8 +307,12 @@ static int exec_enter(struct hook_ctx *c, const char *path, bool search, char *c
 	 * unrecorded, so that a refusal is said and recorded once */
 	if (path && strchr(path, '/') && access(path, F_OK) < 0 && (errno == ENOENT || errno == ENOTDIR))
 		err = errno;
-	else    /* "(fexecve)": a file with no path, judged by its argv */
+	else {  /* "(fexecve)": a file with no path, judged by its argv */
+		bool was = kind_keep_off;
+		kind_keep_off = true;
 		err = guard_exec(path && path[0] == '(' ? NULL : path, search, argv);
+		kind_keep_off = was;
+	}
 	if (err) {
 		if (txn_vfork_child())
 			errno = err;

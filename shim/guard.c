@@ -26,21 +26,18 @@
 #include "shim.h"
 #include "../policy/policy.h"
 
-/* The constructor's path, with the constructor (state.c) */
-#define STARTUP_TEXT __attribute__((section(".text.startup")))
-
 /* The policy as mapped in every process but the root, with the data the
- * loader writes anyway (state.c's HOT_DATA): no page of its own. */
-static struct policy mapped __attribute__((section(".data.ftsbx_hot")));
+ * loader writes anyway (shim.h: HOT_DATA): no page of its own. */
+static struct policy mapped HOT_DATA;
 static struct policy *pol = &mapped;
 static enum pmode mode = PM_OFF;
 /* The block mapped at start, checked at the first question (check_now). */
-static const void *blob __attribute__((section(".data.ftsbx_hot")));
-static size_t blob_size __attribute__((section(".data.ftsbx_hot")));
+static const void *blob HOT_DATA;
+static size_t blob_size HOT_DATA;
 /* POL_READY once pol and mode may be used; else 0, or the pid of the
  * process one of whose threads is filling them in now. */
 #define POL_READY (-1)
-static int pol_state __attribute__((section(".data.ftsbx_hot")));
+static int pol_state HOT_DATA;
 static void check_now(void);
 
 /* Every entry point that asks the policy starts here. */

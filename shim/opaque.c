@@ -170,8 +170,19 @@ static struct kind_entry *kind_slot(const struct stat *st)
 #define LD(f) __atomic_load_n(&e->f, __ATOMIC_RELAXED)
 #define ST(f, v) __atomic_store_n(&e->f, v, __ATOMIC_RELAXED)
 
+/* Whether this process ever kept a kind: a shell's fork child finds its
+ * parent's cache empty, and its first look at it would be a page fault. */
+static bool kinds_kept HOT_DATA;
+/* Set around the judgement of an exec in place (exec.c): its answer goes
+ * with the process image, and a fork child's write to the cache would be a
+ * page fault of its own. */
+HIDDEN __thread bool kind_keep_off __attribute__((tls_model("initial-exec")));
+
 static bool kind_cached(const struct stat *st, int *kind)
 {
+	if (!__atomic_load_n(&kinds_kept, __ATOMIC_ACQUIRE))
+		return false;
+
 	struct kind_entry *e = kind_slot(st);
 	unsigned seq = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 	bool same = !(seq & 1) && LD(ino) == st->st_ino && LD(dev) == st->st_dev && LD(mode) == st->st_mode &&
@@ -186,13 +197,15 @@ static bool kind_cached(const struct stat *st, int *kind)
 
 static void kind_keep(const struct stat *st, int kind)
 {
-	struct kind_entry *e = kind_slot(st);
+	struct kind_entry *e;
 	struct timespec now;
-	unsigned seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+	unsigned seq;
 
-	if (!st->st_ino || clock_gettime(CLOCK_REALTIME, &now) || now.tv_sec - st->st_ctim.tv_sec < 2 ||
+	if (kind_keep_off || !st->st_ino || clock_gettime(CLOCK_REALTIME, &now) || now.tv_sec - st->st_ctim.tv_sec < 2 ||
 	    now.tv_sec - st->st_mtim.tv_sec < 2)
 		return;
+	e = kind_slot(st);
+	seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
 	if ((seq & 1) || !__atomic_compare_exchange_n(&e->seq, &seq, seq + 1, false, __ATOMIC_ACQUIRE,
 						      __ATOMIC_RELAXED))
 		return;         /* another writer has it */
@@ -207,6 +220,7 @@ static void kind_keep(const struct stat *st, int kind)
 	ST(ctim.tv_sec, st->st_ctim.tv_sec);
 	ST(ctim.tv_nsec, st->st_ctim.tv_nsec);
 	__atomic_store_n(&e->seq, seq + 2, __ATOMIC_RELEASE);
+	__atomic_store_n(&kinds_kept, true, __ATOMIC_RELEASE);
 }
 
 /* opaque_kind, from the cache when PATH's file is one already read; KNOWN

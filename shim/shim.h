@@ -38,6 +38,18 @@
 /* The code of a read-only open and its close, kept together in .text.hot
  * (after the constructor's .text.startup): a few pages, not one per file. */
 #define HOT __attribute__((hot))
+/* What every process writes at start goes with the initialised data, on
+ * the one page the loader writes anyway (its relocations of the .got, the
+ * zeroing of the page's end): each page a process first writes costs it a
+ * fault, and on a machine that virtualises page tables a fault costs as
+ * much as a few dozen system calls. The library is linked with -z now, so
+ * that the .got is in RELRO and .data starts on a page of its own, which
+ * this data, the real functions' pointers and the sticky environment fill
+ * (test_shim_lib.py checks that they fit). */
+#define HOT_DATA __attribute__((section(".data.ftsbx_hot")))
+/* The constructor's path (state.c, exec.c, guard.c), at the start of the
+ * text: in the pages the loader reads anyway. */
+#define STARTUP_TEXT __attribute__((section(".text.startup")))
 
 #define HOOK(ret, name, params, args, fail, pre) extern HIDDEN ret(*real_##name) params;
 #include "hooks.def"
@@ -144,10 +156,11 @@ HIDDEN void fdcache_forget(const char *path);
 HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX]);
 
 /* state.c: the session, this process's segment, the transaction. */
+#define SHIM_SHORT_PATH 160
 struct shim_state {
-	char journal[PATH_MAX];        /* the session directory, normalised */
+	char *journal;                 /* the session directory, normalised */
 	size_t journal_len;
-	char self[PATH_MAX];           /* this library's path, for LD_PRELOAD */
+	char *self;                    /* this library's path, for LD_PRELOAD */
 	uint32_t txn;                  /* 0 in the root: its own txn is taken lazily */
 	bool root;                     /* the session's first process (FTSBX_ROOT) */
 	bool created;                  /* this process created the session */
@@ -160,6 +173,10 @@ struct shim_state {
 	pid_t seg_pid;
 	struct { dev_t dev; ino_t ino; } jdirs[3];   /* session, log/, objects/ */
 	unsigned jdirs_known;          /* bit I: jdirs[I] taken since the session was opened */
+	/* journal and self point here, or at PATH_MAX buffers in .bss for
+	 * longer paths: every process writes both at start, and these lie on
+	 * the data page the loader writes anyway (state.c) */
+	char journal_in[SHIM_SHORT_PATH], self_in[SHIM_SHORT_PATH];
 };
 extern HIDDEN struct shim_state shim;
 HIDDEN int shim_segment(struct jseg **g);
@@ -213,6 +230,9 @@ HIDDEN bool guard_rewind_counts(int status, char *const argv[]);
 /* opaque.c: static, setuid and Go programs at exec. */
 struct policy;
 HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[]);
+/* True while an exec in place is judged: what it learns of the program's
+ * kind is not cached (opaque.c). */
+extern HIDDEN __thread bool kind_keep_off __attribute__((tls_model("initial-exec")));
 /* The same, with the program's file as the policy found it (KNOWN may be NULL). */
 HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
 			     const struct stat *known);

@@ -13,30 +13,24 @@
 #include <unistd.h>
 #include "shim.h"
 
-/* The variables every process writes at start go with the initialised
- * data (.data.*), whose pages the loader writes anyway (its relocations and
- * the zeroing of the last page), instead of starting pages of their own in
- * .bss: each page a process first writes costs it a fault (about 2 us
- * here). guard.c puts its mapped policy there too, and the real functions'
- * pointers (about 1 KiB) are there: a process that calls a hook stores one. */
-#define HOT_DATA __attribute__((section(".data.ftsbx_hot")))
-
 #define HOOK(ret, name, params, args, fail, pre) HIDDEN ret(*real_##name) params HOT_DATA;
 #include "hooks.def"
 #include "hooks-extra.def"
 #undef HOOK
-/* And the code of the constructor's path goes with the constructor itself
- * (.text.startup, at the start of the text), into the pages the loader
- * reads anyway, instead of a page fault of its own. */
-#define STARTUP_TEXT __attribute__((section(".text.startup")))
 
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
 HIDDEN bool shim_ready HOT_DATA;
-/* With them: every process writes the start of journal[], of self[] and the
- * fields after them, three pages in .bss (three faults); here two of those
- * pages are ones the loader writes anyway. */
-HIDDEN struct shim_state shim HOT_DATA;
-static pthread_mutex_t seg_lock = PTHREAD_MUTEX_INITIALIZER;
+HIDDEN struct shim_state shim HOT_DATA = { .journal = shim.journal_in, .self = shim.self_in };
+static char journal_long[PATH_MAX], self_long[PATH_MAX];
+
+/* Point TO (shim.journal or shim.self) at a buffer that holds N bytes. */
+STARTUP_TEXT static char *room(char **to, char *longer, size_t n)
+{
+	if (n > SHIM_SHORT_PATH)
+		*to = longer;
+	return *to;
+}
+static pthread_mutex_t seg_lock HOT_DATA = PTHREAD_MUTEX_INITIALIZER;   /* a fork child resets it */
 
 HIDDEN void *shim_dlsym(const char *name)
 {
@@ -269,7 +263,7 @@ HIDDEN bool shim_session(void)
 
 /* This process's pid, kept by the atfork child handler instead of a
  * getpid() system call per change. */
-static pid_t my_pid;
+static pid_t my_pid HOT_DATA;   /* a fork child writes it */
 
 static void atfork_child(void);
 
@@ -436,7 +430,8 @@ STARTUP_TEXT static void self_path(void)
 		size_t n = 0;
 		while (s[n] && s[n] != ' ' && s[n] != ':')
 			n++;
-		if (n >= 11 && n < sizeof(shim.self) && same_bytes(s + n - 11, "libftsbx.so", 11)) {
+		if (n >= 11 && n < PATH_MAX && same_bytes(s + n - 11, "libftsbx.so", 11)) {
+			room(&shim.self, self_long, n + 1);
 			for (size_t i = 0; i < n; i++)
 				shim.self[i] = s[i];
 			shim.self[n] = 0;
@@ -446,7 +441,7 @@ STARTUP_TEXT static void self_path(void)
 		s += n + (s[n] != 0);
 	}
 	if (dladdr((void *)self_path, &info) && info.dli_fname)
-		snprintf(shim.self, sizeof(shim.self), "%s", info.dli_fname);
+		snprintf(room(&shim.self, self_long, strlen(info.dli_fname) + 1), PATH_MAX, "%s", info.dli_fname);
 }
 
 /* The first process of a session (no FTSBX_TXN yet) creates the session
@@ -464,8 +459,8 @@ STARTUP_TEXT static void start_session(void)
 		j = shim_getenv("FTSBX_JOURNAL");
 	}
 	if (normal_abs(j))      /* as the root exports it: path_abs would copy it */
-		memcpy(shim.journal, j, strlen(j) + 1);
-	else if (path_abs(shim.journal, AT_FDCWD, j)) {
+		memcpy(room(&shim.journal, journal_long, strlen(j) + 1), j, strlen(j) + 1);
+	else if (path_abs(room(&shim.journal, journal_long, PATH_MAX), AT_FDCWD, j)) {
 		say_raw("ftsbx: FTSBX_JOURNAL is too long\n");
 		_exit(126);
 	}

@@ -141,7 +141,7 @@ static uint32_t child_take(pid_t pid)
  * SHELL_INHERITED: a session shell still runs in the transaction the root
  * gave it (it has started no child yet). */
 static bool starter(void);
-static int shell;
+static int shell HOT_DATA;
 static bool shell_inherited;
 
 /*
@@ -421,7 +421,7 @@ static void release(uint32_t key)
 
 /* A fork child of the root before its first exec: the key it was started
  * with (0 once decided, and in every other process). */
-static uint32_t fork_key;
+static uint32_t fork_key HOT_DATA;
 
 /* The first exec of a tool call's child (ENVP: the environment it passes):
  * the agent's own machinery leaves the transaction, a group member joins
@@ -519,6 +519,22 @@ static void session_for_children(void)
 	errno = e;
 }
 
+/* A fork child mostly execs: the real exec functions are looked up here,
+ * once, in the parent, rather than by dlsym in every child, where the
+ * symbol tables' pages it reads would each be a page fault of its own. */
+static void warm_exec_path(void)
+{
+	static bool warm HOT_DATA;
+
+	if (warm || !shim_ready)
+		return;
+	(void)REAL(execve);
+	(void)REAL(execv);
+	(void)REAL(execvp);
+	(void)REAL(execvpe);
+	warm = true;
+}
+
 EXPORT pid_t fork(void)
 {
 	uint32_t t = 0;
@@ -540,6 +556,7 @@ EXPORT pid_t fork(void)
 		return pid;
 	}
 	shim_atfork();          /* before glibc takes its atfork lock (state.c) */
+	warm_exec_path();
 	if (!shim_ready || shim_busy || !starter() || !shim.session_open) {
 		if (shim_ready && !shim_busy && !shim.session_open)
 			session_for_children();

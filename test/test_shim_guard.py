@@ -6,6 +6,7 @@ writing from constructors, vfork) still leave a journal that rewinds
 exactly."""
 import json
 import os
+import shutil
 import stat
 import subprocess
 import time
@@ -13,7 +14,7 @@ import time
 import pytest
 
 from conftest import assert_same
-from test_shim_lib import PY, Shim
+from test_shim_lib import PY, SHIM, Shim
 
 
 @pytest.fixture
@@ -122,6 +123,21 @@ def test_environment_sticky(shim, escape):
     def check(_):
         assert not shim.exists("a.txt")
     shim.roundtrip(ESCAPES[escape], check)
+
+
+def test_environment_sticky_with_long_library_and_journal_paths(shim):
+    """Every process keeps the library's path and the session's in short
+    buffers on the data page the loader writes anyway, and longer ones in
+    buffers of their own (state.c): env -i gets both back all the same."""
+    long = os.path.join(shim.base, b"l" * 150, b"m" * 150)
+    os.makedirs(long)
+    lib = os.path.join(long, b"libftsbx.so")
+    shutil.copyfile(SHIM, lib)
+    shim.journal = os.path.join(long, b"s" * 100)
+
+    def check(_):
+        assert not shim.exists("a.txt")
+    shim.roundtrip(ESCAPES["env_i"], check, env=shim.env(LD_PRELOAD=os.fsdecode(lib)))
 
 
 # --- hostile hosts ---------------------------------------------------------------------
