@@ -372,6 +372,12 @@ static int lane_take(struct jseg *g, struct jsession *s)
 {
 	uint64_t me = owner_id(g->pid);
 
+	/* The lanes' page is written below (a claim): touched by a write
+	 * first, it is one page fault, where a read and then a write of a
+	 * shared file's page are two (the kernel tracks its dirtying). Nearly
+	 * every process that takes a lane is new, or a fork child, whose
+	 * shared mappings start with no page mapped. */
+	__atomic_fetch_or(&s->lanes[0].state, 0, __ATOMIC_RELAXED);
 	for (int k = 0; k < JL_LANES; k++) {
 		struct jlane *l = &s->lanes[k];
 		uint32_t state = __atomic_load_n(&l->state, __ATOMIC_ACQUIRE);

@@ -366,7 +366,9 @@ HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char
 
 static void atfork_child(void)
 {
-	pthread_mutex_init(&seg_lock, NULL);
+	/* as pthread_mutex_init(&seg_lock, NULL) does, without a call into
+	 * a page of libc's code the child has not mapped */
+	seg_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 	my_pid = getpid();
 }
 
