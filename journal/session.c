@@ -438,8 +438,14 @@ uint32_t jsession_next_txn(struct jsession *s)
 void jsession_default_dir(char *out, size_t n, const char *xdg_state, const char *home)
 {
 	char stamp[32];
-	time_t t = time(NULL);
+	struct timespec now;
 	struct tm tm;
+	time_t t;
+
+	/* not time(): an IFUNC, whose resolver every process that loads the
+	 * shim (bound at load) would run, a page of libc's code for it */
+	clock_gettime(CLOCK_REALTIME, &now);
+	t = now.tv_sec;
 
 	strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", gmtime_r(&t, &tm));
 	if (xdg_state && *xdg_state == '/')
