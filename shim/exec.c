@@ -77,10 +77,10 @@ STARTUP_TEXT static void append(char *line, size_t *n, size_t cap, const char *s
 STARTUP_TEXT HIDDEN void env_capture(void)
 {
 	char line[PATH_MAX + 16];
-	const char *pre = shim_getenv("LD_PRELOAD");
+	const char *pre = shim_getenv(STARTUP_STR("LD_PRELOAD"));
 	size_t used[2] = { 0, 0 }, n = 0;
 
-	append(line, &n, sizeof(line), "LD_PRELOAD=");
+	append(line, &n, sizeof(line), STARTUP_STR("LD_PRELOAD="));
 	if (!pre || !lists_self(pre)) {
 		append(line, &n, sizeof(line), shim.self);
 		if (pre && *pre)
@@ -89,7 +89,7 @@ STARTUP_TEXT HIDDEN void env_capture(void)
 	append(line, &n, sizeof(line), pre ? pre : "");
 	add_sticky(line, used);
 	for (char **e = environ; e && *e; e++)
-		if (same_bytes(*e, "FTSBX_", 6) && !same_bytes(*e, "FTSBX_TXN_GROUP=", 16))
+		if (same_bytes(*e, STARTUP_STR("FTSBX_"), 6) && !same_bytes(*e, STARTUP_STR("FTSBX_TXN_GROUP="), 16))
 			add_sticky(*e, used);
 }
 

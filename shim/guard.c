@@ -170,32 +170,46 @@ STARTUP_TEXT static char *map_ro(int fd, size_t len, size_t *size)
 
 /* A later process of root PID that left its block in SESSION/shared
  * (PATH): the first page (the slot's owner and length) and the block after
- * what the session maps, in one mapping. */
+ * what the session maps, in one mapping. The slot is read at the first
+ * question, with the block (take_slot): a process that asks nothing (true,
+ * echo) reads neither, and its first read of a shared file's page is a
+ * page fault. */
+static const char *slot_map HOT_DATA;
+static uint64_t slot_pid HOT_DATA;
+
 STARTUP_TEXT static void map_slot(const char *path, uint64_t pid)
 {
-	const struct jpolicy_slot *slot;
-	size_t at = jshared_size(), n;
-	uint64_t len;
+	size_t n;
 	int fd = sys_open(path, O_RDONLY | O_CLOEXEC);
-	char *p = fd < 0 ? NULL : map_ro(fd, at + JL_POLICY_MAX, &n);
+	char *p = fd < 0 ? NULL : map_ro(fd, jshared_size() + JL_POLICY_MAX, &n);
 
 	if (!p)
 		fail_closed("the session's compiled policy is missing");
-	slot = (const struct jpolicy_slot *)(const void *)(p + JL_POLICY_SLOT);
-	len = __atomic_load_n(&slot->len, __ATOMIC_ACQUIRE);
-	if (__atomic_load_n(&slot->owner, __ATOMIC_ACQUIRE) != (JL_POLICY_CLAIMED | pid) || !len ||
+	slot_pid = pid;
+	slot_map = p;
+}
+
+/* The slot map_slot mapped: the root's, and the length of its block. Every
+ * thread that asks first computes the same two values. */
+static void take_slot(void)
+{
+	const struct jpolicy_slot *slot = (const struct jpolicy_slot *)(const void *)(slot_map + JL_POLICY_SLOT);
+	uint64_t len = __atomic_load_n(&slot->len, __ATOMIC_ACQUIRE);
+
+	if (__atomic_load_n(&slot->owner, __ATOMIC_ACQUIRE) != (JL_POLICY_CLAIMED | slot_pid) || !len ||
 	    len > JL_POLICY_MAX)
 		fail_closed("the session's compiled policy is damaged");
-	blob = p + at;
-	blob_size = (size_t)len;
+	__atomic_store_n(&blob_size, (size_t)len, __ATOMIC_RELAXED);
+	__atomic_store_n(&blob, (const void *)(slot_map + jshared_size()), __ATOMIC_RELEASE);
 }
 
 /* A later process: map the block the first one left. */
 STARTUP_TEXT static void map_published(void)
 {
 	char err[1024];
-	const char *root = shim_getenv("FTSBX_ROOT");
-	static const char name[] = "/policy-", shared[] = "/shared";
+	const char *root = shim_getenv(STARTUP_STR("FTSBX_ROOT"));
+	static const char name[] __attribute__((section(".text.startup.str"))) = "/policy-";
+	static const char shared[] __attribute__((section(".text.startup.str"))) = "/shared";
 	char path[PATH_MAX + 32];
 	size_t n = shim.journal_len, k = 0;
 	uint64_t pid = 0;
@@ -247,6 +261,8 @@ static void check_now(void)
 	struct policy local;
 	int me = 0, s;
 
+	if (!__atomic_load_n(&blob, __ATOMIC_ACQUIRE) && slot_map)
+		take_slot();
 	if (policy_from_blob(&local, blob, blob_size))
 		fail_closed("the session's compiled policy is damaged");
 	for (;;) {

@@ -50,6 +50,11 @@
 /* The constructor's path (state.c, exec.c, guard.c), at the start of the
  * text: in the pages the loader reads anyway. */
 #define STARTUP_TEXT __attribute__((section(".text.startup")))
+/* A string the constructor reads, beside its code rather than in .rodata,
+ * whose page a process that runs nothing else would fault in for it. */
+#define STARTUP_STR(s) ({                                                        \
+	static const char s_[] __attribute__((section(".text.startup.str"))) = s; \
+	s_; })
 
 #define HOOK(ret, name, params, args, fail, pre) extern HIDDEN ret(*real_##name) params;
 #include "hooks.def"

@@ -18,6 +18,13 @@
 #include "hooks-extra.def"
 #undef HOOK
 
+/* The library is linked without the C runtime's start files (GNUmakefile:
+ * no _init or _fini, whose page every process would fault in at start or
+ * exit; the constructor and destructor are in .init_array and .fini_array).
+ * Their one definition the library still needs is the handle that
+ * pthread_atfork registers its handler under. */
+HIDDEN void *__dso_handle = &__dso_handle;
+
 HIDDEN __thread bool shim_busy __attribute__((tls_model("initial-exec")));
 HIDDEN bool shim_ready HOT_DATA;
 HIDDEN struct shim_state shim HOT_DATA = { .journal = shim.journal_in, .self = shim.self_in };
@@ -192,7 +199,7 @@ static int ready_fd = -1;
 STARTUP_TEXT static void take_ready_fd(void)
 {
 	static const char name[] = "FTSBX_SESSION_READY=";
-	const char *v = shim_getenv("FTSBX_SESSION_READY");
+	const char *v = shim_getenv(STARTUP_STR("FTSBX_SESSION_READY"));
 	struct stat st;
 	size_t k = 0;
 	char **e;
@@ -425,14 +432,14 @@ STARTUP_TEXT static bool normal_abs(const char *p)
 /* This library's path: the LD_PRELOAD entry that names it, else dladdr. */
 STARTUP_TEXT static void self_path(void)
 {
-	const char *pre = shim_getenv("LD_PRELOAD");
+	const char *pre = shim_getenv(STARTUP_STR("LD_PRELOAD"));
 	Dl_info info;
 
 	for (const char *s = pre; s && *s;) {
 		size_t n = 0;
 		while (s[n] && s[n] != ' ' && s[n] != ':')
 			n++;
-		if (n >= 11 && n < PATH_MAX && same_bytes(s + n - 11, "libftsbx.so", 11)) {
+		if (n >= 11 && n < PATH_MAX && same_bytes(s + n - 11, STARTUP_STR("libftsbx.so"), 11)) {
 			room(&shim.self, self_long, n + 1);
 			for (size_t i = 0; i < n; i++)
 				shim.self[i] = s[i];
@@ -450,7 +457,7 @@ STARTUP_TEXT static void self_path(void)
  * and its transaction and exports both to everything it starts. */
 STARTUP_TEXT static void start_session(void)
 {
-	const char *j = shim_getenv("FTSBX_JOURNAL"), *t = shim_getenv("FTSBX_TXN");
+	const char *j = shim_getenv(STARTUP_STR("FTSBX_JOURNAL")), *t = shim_getenv(STARTUP_STR("FTSBX_TXN"));
 	char buf[PATH_MAX];
 
 	take_ready_fd();
@@ -470,7 +477,7 @@ STARTUP_TEXT static void start_session(void)
 	if (!same_bytes(j, shim.journal, shim.journal_len + 1))
 		shim_setenv("FTSBX_JOURNAL", shim.journal);
 	if (t && *t) {
-		const char *root = shim_getenv("FTSBX_ROOT");
+		const char *root = shim_getenv(STARTUP_STR("FTSBX_ROOT"));
 		shim.txn = (uint32_t)dec(t);
 		/* the root itself, after an exec (bash -c 'exec agent'): its
 		 * programs get FTSBX_TXN=0 (txn.c), so a process with another

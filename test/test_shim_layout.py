@@ -6,7 +6,9 @@ linked with -z now: its .got is relocated at load and read-only (RELRO), no
 fork child writes it when it first calls a function, and the initialised
 data starts on a page of its own. That page, which the loader writes anyway
 (it zeroes what .bss shares of it), must hold all of .data: the shim's
-state, the real functions' pointers, the sticky environment.
+state, the real functions' pointers, the sticky environment. And it has no
+_init or _fini (linked without the start files), whose page a process would
+fault in at start or at exit.
 """
 import os
 import subprocess
@@ -44,3 +46,13 @@ def test_data_and_the_start_of_bss_share_one_page():
     assert bss_at == data_at + data_size or bss_at - (data_at + data_size) < 64, (hex(data_at), hex(bss_at))
     assert data_at // PAGE == bss_at // PAGE, \
         f".data is {data_size} bytes from {data_at:#x}: it spills onto a second page (shim.h: HOT_DATA)"
+
+
+def test_no_init_or_fini_function_only_the_arrays():
+    """Linked without the start files: no _init or _fini for the loader to
+    call (a page of their own at every start and exit); the constructor and
+    the destructor run from .init_array and .fini_array."""
+    flags = dynamic_flags()
+    tags = {line.split()[1] for line in flags.splitlines() if line.strip().startswith("0x")}
+    assert "(INIT)" not in tags and "(FINI)" not in tags, flags
+    assert "(INIT_ARRAY)" in tags and "(FINI_ARRAY)" in tags, flags
