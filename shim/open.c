@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <string.h>
 #include "shim.h"
 
 enum open_kind { K_OPEN, K_OPEN64, K_OPENAT, K_OPENAT64, K_OPEN_2, K_OPEN64_2, K_OPENAT_2, K_OPENAT64_2 };
@@ -185,8 +186,11 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 	fd = call_real_open(k, d, p, f, m);
 	shim_unlock();
 	/* Remember where directories and written files are, for the *at and
-	 * f* calls that come next (O_PATH ones too: fts uses them). */
-	if (fd >= 0 && abs[0] && ((f & (O_DIRECTORY | O_PATH)) || (f & O_ACCMODE) != O_RDONLY)) {
+	 * f* calls that come next (O_PATH ones too: fts uses them); not the
+	 * devices a shell's redirections write (`2>/dev/null`), which no such
+	 * call follows, nearly: one is looked up in /proc if it does. */
+	if (fd >= 0 && abs[0] && ((f & (O_DIRECTORY | O_PATH)) || (f & O_ACCMODE) != O_RDONLY) &&
+	    strncmp(abs, "/dev/", 5)) {
 		int e = errno;
 		fdcache_put(fd, abs);
 		errno = e;
