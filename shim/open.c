@@ -188,9 +188,10 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 	/* Remember where directories and written files are, for the *at and
 	 * f* calls that come next (O_PATH ones too: fts uses them); not the
 	 * devices a shell's redirections write (`2>/dev/null`), which no such
-	 * call follows, nearly: one is looked up in /proc if it does. */
+	 * call follows, nearly: one is looked up in /proc if it does. Files
+	 * in /dev/shm are files (shm_open, then ftruncate). */
 	if (fd >= 0 && abs[0] && ((f & (O_DIRECTORY | O_PATH)) || (f & O_ACCMODE) != O_RDONLY) &&
-	    strncmp(abs, "/dev/", 5)) {
+	    (strncmp(abs, "/dev/", 5) || !strncmp(abs, "/dev/shm/", 9))) {
 		int e = errno;
 		fdcache_put(fd, abs);
 		errno = e;
