@@ -33,9 +33,9 @@ size_t jlocks_size(void)
 	return JL_FILE_SIZE;
 }
 
-/* What a process maps of SESSION/shared: the policy's place starts there. */
-/* With the shim's constructor (which asks it to map the policy) in
- * .text.startup: the pages every process reads anyway. */
+/* What a process maps of SESSION/shared: the policy's place starts there.
+ * In .text.startup, with the shim's constructor that asks it: the pages
+ * every process reads anyway. */
 __attribute__((section(".text.startup"))) size_t jshared_size(void)
 {
 	return JL_SHARED_MAP;
@@ -200,6 +200,8 @@ int jshared_policy_put(struct jsession *s, uint32_t root, const void *p, size_t 
 }
 
 enum { FNV0 = 2166136261u, FNV_PRIME = 16777619u };
+/* The mutexes on a page of the mapping, and the pages of them. */
+enum { PER = 4096 / sizeof(pthread_mutex_t), PAGES = JL_STRIPES / PER };
 
 static uint32_t fnv(const char *p, size_t n)
 {
@@ -216,7 +218,6 @@ static uint32_t fnv(const char *p, size_t n)
  * fault each page, the first time), not on as many as there are files. */
 static unsigned stripe(const char *p, size_t n)
 {
-	enum { PER = 4096 / sizeof(pthread_mutex_t), PAGES = JL_STRIPES / PER };
 	size_t d = n;
 
 	while (d > 1 && p[d - 1] != '/')
@@ -229,7 +230,6 @@ static unsigned stripe(const char *p, size_t n)
  * the parent's directory, the parent, P's directory and P. */
 static void add_path(struct jlockset *l, const char *p)
 {
-	enum { PER = 4096 / sizeof(pthread_mutex_t), PAGES = JL_STRIPES / PER };
 	unsigned k[2];
 
 	if (!p)

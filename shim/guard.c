@@ -208,8 +208,7 @@ STARTUP_TEXT static void map_published(void)
 {
 	char err[1024];
 	const char *root = shim_getenv(STARTUP_STR("FTSBX_ROOT"));
-	static const char name[] __attribute__((section(".text.startup.str"))) = "/policy-";
-	static const char shared[] __attribute__((section(".text.startup.str"))) = "/shared";
+	static const char name[] STARTUP_RODATA = "/policy-", shared[] STARTUP_RODATA = "/shared";
 	char path[PATH_MAX + 32];
 	size_t n = shim.journal_len, k = 0;
 	uint64_t pid = 0;

@@ -201,8 +201,8 @@ static void kind_keep(const struct stat *st, int kind)
 	struct timespec now;
 	unsigned seq;
 
-	if (kind_keep_off || !st->st_ino || clock_gettime(CLOCK_REALTIME, &now) || now.tv_sec - st->st_ctim.tv_sec < 2 ||
-	    now.tv_sec - st->st_mtim.tv_sec < 2)
+	if (kind_keep_off || !st->st_ino || clock_gettime(CLOCK_REALTIME, &now) ||
+	    now.tv_sec - st->st_ctim.tv_sec < 2 || now.tv_sec - st->st_mtim.tv_sec < 2)
 		return;
 	e = kind_slot(st);
 	seq = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);

@@ -12,9 +12,9 @@
  */
 #include <linux/openat2.h>
 #include <stdarg.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <string.h>
 #include "shim.h"
 
 enum open_kind { K_OPEN, K_OPEN64, K_OPENAT, K_OPENAT64, K_OPEN_2, K_OPEN64_2, K_OPENAT_2, K_OPENAT64_2 };

@@ -52,8 +52,9 @@
 #define STARTUP_TEXT __attribute__((section(".text.startup")))
 /* A string the constructor reads, beside its code rather than in .rodata,
  * whose page a process that runs nothing else would fault in for it. */
+#define STARTUP_RODATA __attribute__((section(".text.startup.str")))
 #define STARTUP_STR(s) ({                                                        \
-	static const char s_[] __attribute__((section(".text.startup.str"))) = s; \
+	static const char s_[] STARTUP_RODATA = s;                                \
 	s_; })
 
 #define HOOK(ret, name, params, args, fail, pre) extern HIDDEN ret(*real_##name) params;
