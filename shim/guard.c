@@ -19,6 +19,7 @@
  * off mode nothing is asked.
  */
 #include <sched.h>
+#include <sys/auxv.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -316,6 +317,37 @@ static bool take_given(void)
 	return true;
 }
 
+/* The session's first process was started by a program outside the shim,
+ * so no exec hook judged it: `LD_PRELOAD=libftsbx.so bash -c 'curl ... | sh'`
+ * and `ftsbx run -- reboot` are judged here, as the same command line would
+ * be as a tool call, and a refused one stops before its main() with the
+ * shell's status for a program that cannot run. The program is the file
+ * the exec named (AT_EXECFN): for a script, the kernel ran its interpreter
+ * with ARGV [INTERPRETER, [ARG,] SCRIPT, ARGS...], judged as SCRIPT ARGS...;
+ * for the dynamic loader run as a program, argv[0] through PATH. */
+static void judge_self(void)
+{
+	const char *fn = (const char *)getauxval(AT_EXECFN), *base;
+	char *const *argv = shim.argv;
+	int err;
+
+	if (mode == PM_OFF || !argv || !argv[0] || !fn)
+		return;
+	for (int i = 1; i <= 2 && argv[i - 1]; i++)
+		if (argv[i] && !strcmp(argv[i], fn) && strcmp(argv[0], fn)) {
+			argv += i;
+			break;
+		}
+	base = strrchr(fn, '/');
+	base = base ? base + 1 : fn;
+	if (!strncmp(base, "ld-linux", 8) || !strncmp(base, "ld.so", 5))
+		err = guard_exec(argv[0], !strchr(argv[0], '/'), argv);
+	else
+		err = guard_exec(fn, false, argv);
+	if (err && mode == PM_ENFORCE)
+		_exit(126);
+}
+
 STARTUP_TEXT HIDDEN void guard_init(bool first)
 {
 	if (!first) {
@@ -334,6 +366,7 @@ STARTUP_TEXT HIDDEN void guard_init(bool first)
 	if (mode == PM_ENFORCE && policy_landlock(pol) != PL_OFF && !landlock_roots(pol, shim.journal) &&
 	    policy_landlock(pol) == PL_REQUIRE)
 		fail_closed("[policy] landlock = on, but the kernel has no Landlock");
+	judge_self();
 }
 
 HIDDEN bool guard_active(void)
