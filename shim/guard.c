@@ -389,6 +389,16 @@ static int refuse(const char *op, const char *p, const char *p2, char *const *ar
 	return mode == PM_AUDIT ? 0 : err;
 }
 
+/* A read of P, whose full path is longer than PATH_MAX (a cwd that deep):
+ * no rule can judge it, so it is refused (fail closed), as the kernel
+ * refuses such a path spelled in full. */
+HIDDEN int guard_unnamed(const char *op, const char *p)
+{
+	ready();
+	return mode == PM_OFF ? 0 : refuse(op, p, NULL, NULL, "its full path is longer than PATH_MAX: no rule can judge it",
+					   ENAMETOOLONG);
+}
+
 HIDDEN int guard_read(const char *p)
 {
 	const char *why = NULL;

@@ -524,6 +524,8 @@ HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX]
 
 	if (err)
 		p[0] = 0;
+	if (err == -ENAMETOOLONG && !writes(flags))
+		return guard_unnamed("read", path);
 	if (err)
 		return writes(flags) ? refuse_unjournaled(path, err) : 0;
 	/* in enforce mode the policy's read check covers the journal too */

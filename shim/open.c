@@ -80,6 +80,10 @@ static int open_resolved(int d, const char *p, int f)
 		return -2;      /* the real open says why */
 	err = path_fd(real, pfd);
 	close(pfd);
+	if (err == -ENAMETOOLONG && (err = guard_unnamed("read", p))) {
+		errno = err;
+		return -1;
+	}
 	if (!err && !shim_fd_of_removed(p, real) && (err = guard_read(real))) {
 		errno = err;
 		return -1;

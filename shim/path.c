@@ -21,6 +21,10 @@
  * that a relative path is joined to it with two copies. */
 static char cwd_buf[2][PATH_MAX];
 static size_t cwd_len[2];
+/* Why the cwd is unknown: ENOENT (removed: a relative path fails the same
+ * way), or ENAMETOOLONG (deeper than PATH_MAX: no rule can judge, no record
+ * can name what is under it, so a relative path there is refused). */
+static int cwd_err[2];
 static int cwd_cur = -1;        /* -1: not read yet (read at first need) */
 /* The session's namespace generation + 1 when the cwd was read (0: no
  * session open then). Another process may rename a directory above this
@@ -50,8 +54,11 @@ HIDDEN void cwd_refresh(void)
 	int next = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) != 0 ? 0 : 1;
 
 	__atomic_store_n(&cwd_gen, ns_gen(), __ATOMIC_RELAXED);
-	if (!getcwd(cwd_buf[next], PATH_MAX))
+	cwd_err[next] = 0;
+	if (!getcwd(cwd_buf[next], PATH_MAX)) {
+		cwd_err[next] = errno == ENAMETOOLONG || errno == ERANGE ? ENAMETOOLONG : ENOENT;
 		cwd_buf[next][0] = 0;
+	}
 	cwd_len[next] = strlen(cwd_buf[next]);
 	__atomic_store_n(&cwd_cur, next, __ATOMIC_RELEASE);
 }
@@ -377,7 +384,7 @@ HOT HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, con
 			cwd_check();
 			int i = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE);
 			if (!cwd_buf[i][0])
-				return -ENOENT;
+				return -cwd_err[i];
 			n = cwd_len[i];
 			memcpy(out, cwd_buf[i], n + 1);
 		} else {

@@ -228,6 +228,7 @@ HIDDEN int guard_device_node(const char *p); /* mknod of a device: refused */
 /* FILE: the program as the exec names it; SEARCH: looked up through PATH
  * when it has no slash (execvp, posix_spawnp), not argv[0]. */
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[]);
+HIDDEN int guard_unnamed(const char *op, const char *p);
 HIDDEN int guard_signal(pid_t target, int sig);
 HIDDEN int guard_pidfd(int pidfd, int sig);
 HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len);

@@ -10,6 +10,7 @@ The central helper is snapshot(root): everything a rewind promises to restore
 tree back" is one comparison: assert_same(before, snapshot(root)).
 """
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -343,12 +344,21 @@ def _xattrs(path):
     return tuple(sorted((n, os.getxattr(path, n, follow_symlinks=False)) for n in names))
 
 
-def _walk(root, rel=b"."):
-    yield rel
-    path = os.path.join(root, rel)
-    if stat.S_ISDIR(os.lstat(path).st_mode):
-        for name in sorted(os.listdir(path)):
-            yield from _walk(root, name if rel == b"." else os.path.join(rel, name))
+def _walk(dfd, rel=b"."):
+    """(rel, short path) of every entry under the directory open as DFD,
+    depth first in sorted order. The short path goes through the directory's
+    descriptor (/proc/self/fd/N/NAME), so that a tree deeper than PATH_MAX
+    is read as well."""
+    for name in sorted(map(os.fsencode, os.listdir(dfd))):
+        sub = name if rel == b"." else os.path.join(rel, name)
+        path = b"/proc/self/fd/%d/%s" % (dfd, name)
+        yield sub, path
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+            try:
+                yield from _walk(fd, sub)
+            finally:
+                os.close(fd)
 
 
 def snapshot(root):
@@ -361,21 +371,24 @@ def snapshot(root):
     paths (bytes); values are dicts."""
     root = _b(root)
     out, inodes = {}, {}
-    for rel in _walk(root):
-        path = os.path.join(root, rel)
-        st = os.lstat(path)
-        kind = _kind(st.st_mode)
-        e = dict(type=kind, mode=oct(stat.S_IMODE(st.st_mode)), uid=st.st_uid,
-                 gid=st.st_gid, mtime_ns=st.st_mtime_ns, xattrs=_xattrs(path))
-        if kind != "dir":
-            e["size"] = st.st_size
-            e["link_group"] = None
-            inodes.setdefault((st.st_dev, st.st_ino), []).append(e)
-        if kind == "symlink":
-            e["target"] = os.readlink(path)
-        if kind == "file":
-            e["sha256"] = _sha256(path)
-        out[rel] = e
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for rel, path in itertools.chain([(b".", root)], _walk(top)):
+            st = os.lstat(path)
+            kind = _kind(st.st_mode)
+            e = dict(type=kind, mode=oct(stat.S_IMODE(st.st_mode)), uid=st.st_uid,
+                     gid=st.st_gid, mtime_ns=st.st_mtime_ns, xattrs=_xattrs(path))
+            if kind != "dir":
+                e["size"] = st.st_size
+                e["link_group"] = None
+                inodes.setdefault((st.st_dev, st.st_ino), []).append(e)
+            if kind == "symlink":
+                e["target"] = os.readlink(path)
+            if kind == "file":
+                e["sha256"] = _sha256(path)
+            out[rel] = e
+    finally:
+        os.close(top)
     shared = [names for names in inodes.values() if len(names) > 1]
     for group, names in enumerate(shared):
         for e in names:
@@ -454,7 +467,7 @@ def populate(root):
     os.setxattr(os.path.join(root, b"xattr.txt"), b"user.comment", b"value\x00with nul")
     os.setxattr(os.path.join(root, b"xattr.txt"), b"user.empty", b"")
     # Odd nanosecond mtimes, children before their directories.
-    entries = sorted(_walk(root), key=lambda r: -r.count(b"/") - (r != b"."))
+    entries = sorted(snapshot(root), key=lambda r: -r.count(b"/") - (r != b"."))
     for i, rel in enumerate(entries):
         t = 1_600_000_000 + 1000 * i
         os.utime(os.path.join(root, rel), ns=(t * 10**9 + 111_111_111 + i,

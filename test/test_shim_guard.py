@@ -453,3 +453,51 @@ def test_an_orphan_the_root_forked_is_still_the_sessions_own(shim):
                 os.kill(int(f.read()), signal.SIGKILL)
         except (OSError, ValueError):
             pass
+
+
+# --- paths deeper than PATH_MAX ---------------------------------------------------------
+
+def test_cwd_deeper_than_path_max_fails_closed(shim):
+    """With a cwd deeper than PATH_MAX no absolute path names what is under
+    it: every change through a relative path there is refused (ENAMETOOLONG,
+    a "cannot journal" line), every read too (no rule can judge it, .env
+    could be hidden); the tree is unchanged, the journal verifies, a rewind
+    changes nothing; the same calls from a shallow cwd go through."""
+    deep = "/".join(["d" * 200 + str(i % 10) for i in range(25)])
+    fd = os.open(shim.ws, os.O_RDONLY | os.O_DIRECTORY)
+    for part in deep.split("/"):
+        os.mkdir(part, dir_fd=fd)
+        fd, old = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd), fd
+        os.close(old)
+    for name, data in (("leaf", b"orig\n"), ("rm_me", b"x\n")):
+        f = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(f, data)
+        os.close(f)
+    os.close(fd)
+    before = shim.snap()
+    script = f"""{PY} - <<'PY'
+import os
+for part in {deep!r}.split("/"):
+    os.chdir(part)
+def attempt(what, fn):
+    try:
+        fn()
+        print(what, "done")
+    except OSError as e:
+        print(what, e.errno)
+attempt("write", lambda: open("leaf", "w").write("CHANGED\\n"))
+attempt("unlink", lambda: os.unlink("rm_me"))
+attempt("create", lambda: open("new", "x").close())
+attempt("chmod", lambda: os.chmod(".", 0o700))
+attempt("mkdir", lambda: os.mkdir("sub"))
+attempt("read", lambda: open("leaf").read())
+PY"""
+    proc = shim.sh(script, refusals_ok=True)
+    lines = proc.stdout.decode().split("\n")
+    for what in ("write", "unlink", "create", "chmod", "mkdir", "read"):
+        assert f"{what} 36" in lines, f"{what} not refused with ENAMETOOLONG: {proc.stdout!r}"
+    assert b"cannot journal a change of" in proc.stderr and b"longer than PATH_MAX" in proc.stderr
+    assert_same(before, shim.snap())
+    shim.verify()
+    shim.rewind()
+    assert_same(before, shim.snap())
