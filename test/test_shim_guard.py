@@ -501,3 +501,20 @@ PY"""
     shim.verify()
     shim.rewind()
     assert_same(before, shim.snap())
+
+
+def test_library_handle_lookups_get_the_hooks(shim):
+    """dlsym through a handle of the C library itself (ctypes.CDLL("libc.so.6"))
+    gets the shim's hook for an interposed function, libc's own otherwise;
+    RTLD_NEXT and RTLD_DEFAULT stay the caller's lookups (the executable's
+    next object is the preloaded shim); dlerror() is the program's own; and
+    an unlink through that handle is journaled and rewinds."""
+    exe = shim.gcc("dlsymlibc", "dlsymlibc.c", flags=["-ldl"])
+
+    def check(proc):
+        assert proc.stdout.decode().split("\n") == [
+            "handle unlink libftsbx.so", "handle strlen libc.so.6", "next unlink libftsbx.so",
+            "default unlink libftsbx.so", "missing none error set", "after a hit, error clear",
+            ""], proc.stdout
+        assert not shim.exists("a.txt")
+    shim.roundtrip(b"%s a.txt" % exe, check)
