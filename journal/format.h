@@ -31,6 +31,10 @@
  *                        captures a path whose last record is another
  *                        transaction's (ends the shim's per-thread answers).
  *                        Bytes 256..271: the policy's slot (JI_SHARED).
+ *                        Bytes 272..511: 60 u32 slots where a process
+ *                        whose call the policy refused leaves its
+ *                        transaction id (slot id % 60), for the root's
+ *                        rewind on a refusal ([rewind] on_failure).
  *                        Bytes 512..4095: 896 u32 slots where a process that
  *                        is not a tool call leaves its transaction id
  *                        (slot id % 896) for the root to see at its reaping.

@@ -87,6 +87,8 @@ struct jpolicy_slot { uint64_t owner, len; };
 #define JL_MADE_LOG       1u
 #define JL_MADE_OBJECTS   2u
 #define JL_POLICY_SLOT    256
+#define JL_REFUSED_AT     272     /* the slots of transactions with a refusal (format.h) */
+#define JL_REFUSED_SLOTS  60
 #define JL_RELEASED_AT    512     /* the released transactions' slots (txn.c, format.h) */
 #define JL_POLICY_MAX     (64u << 10)
 #define JL_POLICY_CLAIMED (1ull << 63)

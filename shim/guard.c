@@ -704,10 +704,11 @@ HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)
 	return refuse("connect", "socket", NULL, NULL, why, EPERM);
 }
 
-/* Does a tool call that ended with STATUS get rewound? The policy's [rewind]
- * on_failure says which failures count; FTSBX_ON_FAILURE=rewind asks for
- * nonzero and signal when the policy says none, =keep turns it off. */
-HIDDEN bool guard_rewind_counts(int status, char *const argv[])
+/* Does a tool call that ended with STATUS (REFUSED: the policy refused one
+ * of its calls) get rewound? The policy's [rewind] on_failure says which
+ * failures count; FTSBX_ON_FAILURE=rewind asks for nonzero and signal when
+ * the policy says none, =keep turns it off. */
+HIDDEN bool guard_rewind_counts(int status, bool refused, char *const argv[])
 {
 	const char *env = shim_getenv("FTSBX_ON_FAILURE");
 	unsigned on;
@@ -719,7 +720,8 @@ HIDDEN bool guard_rewind_counts(int status, char *const argv[])
 		return false;
 	if (!on && env && !strcmp(env, "rewind"))
 		on = PR_NONZERO | PR_SIGNAL;
-	if (WIFSIGNALED(status) ? !(on & PR_SIGNAL) : !(WIFEXITED(status) && WEXITSTATUS(status) && (on & PR_NONZERO)))
+	if (!(refused && (on & PR_REFUSAL)) &&
+	    (WIFSIGNALED(status) ? !(on & PR_SIGNAL) : !(WIFEXITED(status) && WEXITSTATUS(status) && (on & PR_NONZERO))))
 		return false;
 	/* a failure that counts: unless the command is excepted (asked
 	 * only now: it resolves the program, a readlink or more) */

@@ -232,7 +232,7 @@ HIDDEN int guard_unnamed(const char *op, const char *p);
 HIDDEN int guard_signal(pid_t target, int sig);
 HIDDEN int guard_pidfd(int pidfd, int sig);
 HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len);
-HIDDEN bool guard_rewind_counts(int status, char *const argv[]);
+HIDDEN bool guard_rewind_counts(int status, bool refused, char *const argv[]);
 
 /* opaque.c: static, setuid and Go programs at exec. */
 struct policy;

@@ -368,6 +368,9 @@ HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char
 	jb_str(&b, F_PATH2, path2);
 	jb_argv(&b, F_ARGV, argv);
 	jseg_append(g, &b, NULL);
+	if (shim_txn())         /* for the root's reaping: guard_rewind_counts */
+		__atomic_store_n((uint32_t *)(void *)((char *)shim.s.ctr + JL_REFUSED_AT) +
+				 shim_txn() % JL_REFUSED_SLOTS, shim_txn(), __ATOMIC_RELEASE);
 	return err;
 }
 

@@ -708,7 +708,7 @@ EXPORT pid_t vfork(void)
 #endif
 
 /* Run txreplay to rewind transaction TXN, unwrapped. */
-static void rewind_txn(uint32_t txn, int status)
+static void rewind_txn(uint32_t txn, int status, bool refused)
 {
 	char tx[PATH_MAX], num[16], line[PATH_MAX + 256];
 	const char *env_tx = shim_getenv("FTSBX_TXREPLAY");
@@ -750,9 +750,10 @@ static void rewind_txn(uint32_t txn, int status)
 		while (REAL(waitpid)(pid, &st, 0) < 0 && errno == EINTR)
 			;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	snprintf(line, sizeof(line), "ftsbx: tool call (transaction %u) %s %d: %s\n", txn,
+	snprintf(line, sizeof(line), "ftsbx: tool call (transaction %u) %s %d%s: %s\n", txn,
 		 WIFSIGNALED(status) ? "killed by signal" : "exited with",
 		 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+		 refused ? " after a refused call" : "",
 		 pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "its changes were rewound"
 		 : "its rewind did not finish; see txreplay list");
 	if (write(2, line, strlen(line)) < 0)
@@ -985,14 +986,16 @@ static void ended(uint32_t key, pid_t pid, int status)
 	uint32_t t = key;
 	bool known = slot_get(key, &t, words, sizeof(words) / sizeof(words[0]), store);
 
-	bool busy = shim_busy;
+	bool busy = shim_busy, refused;
 
 	if (!t)
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, t, pid, status, true);
-	if (guard_rewind_counts(status, known ? command_of(words, inner, sizeof(inner), iwords, 256) : NULL))
-		rewind_txn(t, status);
+	refused = __atomic_load_n((uint32_t *)(void *)((char *)shim.s.ctr + JL_REFUSED_AT) + t % JL_REFUSED_SLOTS,
+				  __ATOMIC_ACQUIRE) == t;
+	if (guard_rewind_counts(status, refused, known ? command_of(words, inner, sizeof(inner), iwords, 256) : NULL))
+		rewind_txn(t, status, refused);
 	shim_busy = busy;
 }
 

@@ -957,3 +957,27 @@ def test_a_daemon_child_journals_under_its_own_pid(tmp_path, first):
         assert made["before"] == int((ws / "before").read_text()) != child, made
     out = subprocess.run([TXREPLAY, "verify", str(tmp_path / "j")], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("mode", ["vfork", "spawn"])
+def test_on_failure_refusal_rewinds_a_call_that_exits_0_after_a_refusal(tmp_path, mode):
+    """[rewind] on_failure = refusal: a tool call one of whose processes the
+    policy refused something is rewound though it exits 0; one with no
+    refusal is kept."""
+    ws = setup_ws(tmp_path)
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_rsa").write_text("KEY\n")
+    policy = tmp_path / "policy.ini"
+    policy.write_text("[policy]\nbase = default\n[rewind]\non_failure = refusal\n")
+    before = snapshot(os.fsencode(ws))
+    sneaky = ["/bin/bash", "-c", "echo sneaky >> state.txt; rm -f a.txt; cat ~/.ssh/id_rsa; exit 0"]
+    honest = ["/bin/bash", "-c", "echo honest >> state.txt; exit 0"]
+    r, codes, snaps = start_calls(tmp_path, ws, mode, [(None, sneaky), (None, honest)], on_failure="",
+                                  extra_env={"FTSBX_POLICY": str(policy)})
+    assert codes == [0, 0], r.stderr
+    assert_same(before, snaps[1], "the tree after the call with a refusal")
+    assert (ws / "state.txt").read_text() == "zero\nhonest\n"
+    assert "exited with 0 after a refused call: its changes were rewound" in r.stderr, r.stderr
+    rows = {" ".join(row["argv"] or []): row for row in txn_rows(tmp_path)}
+    assert [row["rewound"] for cmd, row in rows.items() if "sneaky" in cmd] == ["yes"], rows
+    assert [row["rewound"] for cmd, row in rows.items() if "honest" in cmd] == ["no"], rows
