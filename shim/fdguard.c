@@ -139,6 +139,22 @@ static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 		}
 		return r;
 	}
+	if (cmd == F_SETFL) {   /* clearing O_APPEND: hooks.c, pre_setfl */
+		struct hook_ctx c;
+		int err;
+
+		if (!hook_enter(&c))
+			return real(fd, cmd, arg);
+		if ((err = pre_setfl(fd, (int)(intptr_t)arg))) {
+			shim_unlock();
+			hook_refuse(&c, err);
+			return -1;
+		}
+		hook_leave(&c);
+		r = real(fd, cmd, arg);
+		shim_unlock();
+		return r;
+	}
 	return real(fd, cmd, arg);
 }
 

@@ -518,6 +518,29 @@ HIDDEN int pre_open(int dirfd, const char *path, int flags)
 	return pre_open_abs(dirfd, path, flags, p);
 }
 
+/* The capture an open for writing with FLAGS needs. Only a write-only
+ * O_APPEND descriptor is sure to add bytes and no more (its size is
+ * enough): one that also reads can be mapped MAP_SHARED and written in
+ * place, and the flag can be cleared later (pre_setfl, RWF_NOAPPEND). */
+static enum jcap_op open_op(int flags)
+{
+	if (flags & O_TRUNC)
+		return JC_TRUNC;
+	return (flags & O_APPEND) && (flags & O_ACCMODE) == O_WRONLY ? JC_APPEND : JC_WRITE;
+}
+
+/* fcntl(F_SETFL) clearing O_APPEND of a descriptor that writes, and
+ * pwritev2(RWF_NOAPPEND) (an append-only pre-image holds only the size):
+ * the whole pre-image first. */
+HIDDEN int pre_setfl(int fd, int newfl)
+{
+	int old = fcntl(fd, F_GETFL);
+
+	if (old < 0 || !(old & O_APPEND) || (newfl & O_APPEND) || (old & O_ACCMODE) == O_RDONLY)
+		return 0;
+	return pre_fd(fd, JC_WRITE);
+}
+
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX])
 {
 	int err = path_abs(p, dirfd, path);
@@ -531,7 +554,7 @@ HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX]
 	/* in enforce mode the policy's read check covers the journal too */
 	if (!writes(flags) || (flags & __O_TMPFILE) == __O_TMPFILE)
 		return guard_active() ? guard_read(p) : off_limits("open", p) ?: guard_read(p);
-	return check("open", p, (flags & O_TRUNC) ? JC_TRUNC : (flags & O_APPEND) ? JC_APPEND : JC_WRITE,
+	return check("open", p, open_op(flags),
 		     !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL),
 		     flags & O_CREAT);
 }
@@ -572,7 +595,7 @@ HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f)
 		return pre_fopen(AT_FDCWD, path, mode);
 	if (!writes(flags) || !f)
 		return 0;
-	return pre_fd(fileno(f), (flags & O_TRUNC) ? JC_TRUNC : (flags & O_APPEND) ? JC_APPEND : JC_WRITE);
+	return pre_fd(fileno(f), open_op(flags));
 }
 
 HIDDEN int pre_remove(int dirfd, const char *path, int flags)

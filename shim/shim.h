@@ -22,6 +22,7 @@
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/uio.h>
 #include <signal.h>
 #include <sys/pidfd.h>
 #include <sys/resource.h>
@@ -142,6 +143,7 @@ HIDDEN int pre_symlink(int dirfd, const char *path);
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags);
 HIDDEN int pre_fd(int fd, enum jcap_op op);
+HIDDEN int pre_setfl(int fd, int newfl);
 /* P is a descriptor's link (/proc/self/fd/N, /dev/fd/N) to REAL, a removed
  * file the journal keeps in objects/ (renamed there, hooks.c). */
 HIDDEN bool shim_fd_of_removed(const char *p, const char *real);

@@ -22,6 +22,25 @@ def size(sh, rel):
     return os.lstat(sh.p(rel)).st_size
 
 
+# An O_APPEND descriptor that writes in place after all: its flag cleared,
+# RWF_NOAPPEND, a shared mapping of a+ (fopen's append-and-read).
+APPEND_IN_PLACE = b"""
+import fcntl, mmap, os
+fd = os.open("a.txt", os.O_WRONLY | os.O_APPEND)
+fcntl.fcntl(fd, fcntl.F_SETFL, 0)
+os.pwrite(fd, b"XX", 0)
+os.close(fd)
+fd = os.open("src/main.c", os.O_WRONLY | os.O_APPEND)
+os.pwritev(fd, [b"YY"], 0, 0x20)  # RWF_NOAPPEND
+os.close(fd)
+f = open("big.bin", "a+b")
+m = mmap.mmap(f.fileno(), 0)
+m[0:2] = b"ZZ"
+m.close()
+f.write(b"tail")
+f.close()
+"""
+
 IDIOMS = {
     "fallocate_modes": (["fallocate"],
                         b"fallocate -p -o 4096 -l 8192 big.bin && fallocate -z -o 0 -l 100 src/mid.bin && "
@@ -88,6 +107,11 @@ IDIOMS = {
                               b"%s -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sd/sk\")' && rm -rf sd && "
                               b"rm fifo" % PYB,
                               lambda sh: not sh.exists("sd") and not sh.exists("fifo")),
+    # an O_APPEND descriptor that writes in place after all: its flag
+    # cleared, RWF_NOAPPEND, a shared mapping of a+ (fopen's append-and-read)
+    "append_descriptor_writes_in_place": ([], b"%s -c '%s'" % (PYB, APPEND_IN_PLACE),
+                                          lambda sh: sh.read("a.txt")[:2] == b"XX"
+                                          and sh.read("src/main.c")[:2] == b"YY" and sh.read("big.bin")[:2] == b"ZZ"),
 }
 
 
