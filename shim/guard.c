@@ -663,6 +663,27 @@ HIDDEN int guard_signal(pid_t target, int sig)
 	return refuse("signal", what, NULL, NULL, why, EPERM);
 }
 
+/* A change of another process that is as good as a signal (its limits,
+ * priority, scheduling, memory): judged as SIGKILL to TARGET would be
+ * (-N: group N, -1: every process of the user), named by OP. */
+HIDDEN int guard_process(pid_t target, const char *op)
+{
+	const char *why = NULL;
+	char what[64];
+	bool in;
+
+	ready();
+	if (mode == PM_OFF || target == 0 || target == shim_pid())
+		return 0;
+	in = (target > 0 && in_session(target)) || (target < -1 && in_session(-target));
+	if (policy_signal(pol, target, SIGKILL, in, &why) != PV_DENY)
+		return 0;
+	if (target != -1 && syscall(SYS_kill, target, 0) < 0 && errno == ESRCH)
+		return ESRCH;
+	snprintf(what, sizeof(what), "%s %d", op, (int)target);
+	return refuse("signal", what, NULL, NULL, why, EPERM);
+}
+
 /* pidfd_send_signal: the target is the pid behind the descriptor. */
 HIDDEN int guard_pidfd(int pidfd, int sig)
 {

@@ -286,6 +286,13 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_rt_sigqueueinfo: return guard_signal((pid_t)a[0], I(1));
 	case SYS_rt_tgsigqueueinfo: return guard_signal((pid_t)a[0], I(2));
 	case SYS_pidfd_send_signal: return guard_pidfd(I(0), I(1));
+	case SYS_prlimit64:  return a[2] ? guard_process((pid_t)a[0], "prlimit") : 0;
+	case SYS_setpriority: return guard_process(I(0) == PRIO_PROCESS ? (pid_t)a[1] : I(0) == PRIO_PGRP ?
+						   (a[1] ? -(pid_t)a[1] : 0) : -1, "setpriority");
+	case SYS_sched_setscheduler: return guard_process((pid_t)a[0], "sched_setscheduler");
+	case SYS_sched_setparam: return guard_process((pid_t)a[0], "sched_setparam");
+	case SYS_sched_setaffinity: return guard_process((pid_t)a[0], "sched_setaffinity");
+	case SYS_process_vm_writev: return guard_process((pid_t)a[0], "process_vm_writev");
 	case SYS_connect:    return guard_connect((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_bind:       return pre_bind((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);

@@ -232,6 +232,7 @@ HIDDEN int guard_device_node(const char *p); /* mknod of a device: refused */
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[]);
 HIDDEN int guard_unnamed(const char *op, const char *p);
 HIDDEN int guard_signal(pid_t target, int sig);
+HIDDEN int guard_process(pid_t target, const char *op);
 HIDDEN int guard_pidfd(int pidfd, int sig);
 HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len);
 HIDDEN bool guard_rewind_counts(int status, bool refused, char *const argv[]);
