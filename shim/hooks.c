@@ -210,6 +210,16 @@ HIDDEN bool shim_fd_of_removed(const char *p, const char *real)
 
 #define FD_OF_REMOVED 1
 
+/* A change, through a descriptor left open on it, of a removed file kept in
+ * objects/: it would change the pre-image itself, and a rewind would put
+ * back the changed file. Refused (a write() to a descriptor that was open
+ * for writing before the removal was journaled when it was opened). */
+static int refuse_kept(const char *p)
+{
+	shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
+	return EACCES;
+}
+
 /* lstat P into *ST; with FOLLOW, follow a final symlink (at most 40), as
  * the call will, leaving the target in P (*MOVED then true). ST->st_mode 0:
  * nothing there. FD_OF_REMOVED: P is a descriptor's link in /proc (or
@@ -481,7 +491,7 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 	locked = lock_first(p);
 	err = resolve_final(p, follow, &st, &moved);
 	if (err == FD_OF_REMOVED)
-		return 0;       /* nothing to journal, as for an unlinked file */
+		return refuse_kept(p);
 	moved |= canonical_parent(p);
 	mode = st.st_mode & S_IFMT;
 	if (!err && !mode && !creates)
@@ -804,8 +814,10 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 	if (path_fd(p, fd))
 		return 0;               /* a pipe, a socket: nothing to restore */
 	n = strlen(p);
-	if ((n > 10 && !strcmp(p + n - 10, " (deleted)")) || kept_inode(p))
-		return 0;               /* no name left to restore it under */
+	if (kept_inode(p))
+		return refuse_kept(p);
+	if (n > 10 && !strcmp(p + n - 10, " (deleted)"))
+		return 0;               /* unlinked: nobody's pre-image */
 	return check("change", p, op, false, false);
 }
 

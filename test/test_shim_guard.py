@@ -518,3 +518,40 @@ def test_library_handle_lookups_get_the_hooks(shim):
             ""], proc.stdout
         assert not shim.exists("a.txt")
     shim.roundtrip(b"%s a.txt" % exe, check)
+
+
+def test_a_removed_file_kept_in_the_journal_is_not_changed_through_an_open_descriptor(shim):
+    """rm of a file another descriptor holds open keeps its inode in the
+    journal as its pre-image: a change through that descriptor (a reopen of
+    /dev/fd/N, ftruncate, fsetxattr, fchmod) would change the pre-image, so
+    it is refused; the rewind puts back every file as it was."""
+    for rel in ("f", "g", "h", "i"):
+        shim.write(rel, f"original-{rel}\n")
+    before = shim.snap()
+    script = f"""exec 3<f 4<g; rm f g
+: > /dev/fd/3 && echo truncated-f
+echo more >> /dev/fd/4 && echo appended-g
+{PY} - <<'PY'
+import os
+def attempt(what, fn):
+    try:
+        fn()
+        print(what, "done")
+    except OSError as e:
+        print(what, e.errno)
+h = os.open("h", os.O_WRONLY | os.O_APPEND)
+os.unlink("h")
+attempt("ftruncate", lambda: os.ftruncate(h, 3))
+i = os.open("i", os.O_RDONLY)
+os.unlink("i")
+attempt("fsetxattr", lambda: os.setxattr(i, "user.added", b"x"))
+attempt("fchmod", lambda: os.chmod(i, 0o600))
+PY"""
+    proc = shim.sh(script, rc=None, refusals_ok=True)
+    out = proc.stdout.decode().split("\n")
+    assert "truncated-f" not in out and "appended-g" not in out, proc.stdout
+    assert {"ftruncate 13", "fsetxattr 13", "fchmod 13"} <= set(out), proc.stdout
+    assert proc.stderr.count(b"a removed file whose pre-image the journal keeps") == 5, proc.stderr
+    shim.verify()
+    shim.rewind()
+    assert_same(before, shim.snap())
