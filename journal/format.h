@@ -30,6 +30,11 @@
  *                        u64 at offset 40: bumped whenever a transaction
  *                        captures a path whose last record is another
  *                        transaction's (ends the shim's per-thread answers).
+ *                        Bytes 48..143 and 144..239: 12 u64 slots each
+ *                        (slot inode % 12) of the pipes that fetchers
+ *                        write and that interpreters read their program
+ *                        from, by inode: the shim's fetch-and-run check of
+ *                        a pipeline process by process.
  *                        Bytes 256..271: the policy's slot (JI_SHARED).
  *                        Bytes 272..511: 60 u32 slots where a process
  *                        whose call the policy refused leaves its

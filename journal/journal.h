@@ -86,6 +86,9 @@ struct jpolicy_slot { uint64_t owner, len; };
 #define J_CTR_TURNS       5       /* ctr[5], byte 40: claims of a path another txn recorded last (dedup.c) */
 #define JL_MADE_LOG       1u
 #define JL_MADE_OBJECTS   2u
+#define JL_FETCH_PIPES_AT 48      /* pipes fetchers write (format.h) */
+#define JL_RUN_PIPES_AT   144     /* pipes interpreters read their program from */
+#define JL_PIPE_SLOTS     12
 #define JL_POLICY_SLOT    256
 #define JL_REFUSED_AT     272     /* the slots of transactions with a refusal (format.h) */
 #define JL_REFUSED_SLOTS  60

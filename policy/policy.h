@@ -165,6 +165,15 @@ bool policy_device_ok(const char *name);        /* NAME relative to /dev/ */
  */
 enum pverdict policy_exec(const struct policy *pol, const char *file, char *const argv[],
 			  const char *path_value, const char **why);
+/* What the program of an exec (FILE and ARGV as for policy_exec) does with
+ * a stream, for the shim's look at a pipeline one process at a time, where
+ * no shell string shows it whole (`$(command -v curl) URL | sh`, a pipeline
+ * the session's root runs): PS_FETCHER, a fetcher, whose standard output
+ * (*FD = 1) is what it fetched; PS_RUNS, an interpreter that reads its
+ * program from descriptor *FD (standard input, or a /dev/fd/N operand);
+ * PS_NONE (also when [fetch-and-run] action = allow). */
+enum { PS_NONE, PS_FETCHER, PS_RUNS };
+int policy_stream_role(const struct policy *pol, const char *file, char *const argv[], int *fd);
 /* The same; *ST: the file the program (FILE, else ARGV[0]) leads to through
  * its symlinks when that names it by a path (has a '/'), as stat would
  * give it; st_ino 0 when that is not known. Saves the caller (the shim's

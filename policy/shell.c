@@ -927,3 +927,53 @@ enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len
 {
 	return shell_in(pol, script, len, path_value, depth, why, fetches, false);
 }
+
+/* --- one process of a pipeline (policy.h) --------------------------------------- */
+
+int policy_stream_role(const struct policy *pol, const char *file, char *const argv[], int *fd)
+{
+	const char *split, *name, *script;
+	int ac = 0, idx, at = -1;
+	bool shell;
+
+	*fd = -1;
+	if (!pol->b->fetch_run || !argv || !argv[0])
+		return PS_NONE;
+	while (argv[ac])
+		ac++;
+	idx = pol_unwrap(argv, ac, &split);
+	if (idx < 0 || split)
+		return PS_NONE;
+	argv += idx;
+	ac -= idx;
+	name = pol_base(idx == 0 && file ? file : argv[0]);
+	if (pol_is_fetcher(pol, name)) {
+		*fd = 1;
+		return PS_FETCHER;
+	}
+	if (!pol_is_interpreter(pol, name))
+		return PS_NONE;
+	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
+	if (code_arg(argv, ac, shell, &at))
+		return PS_NONE;
+	if (reads_stdin(argv, ac)) {
+		*fd = 0;
+		return PS_RUNS;
+	}
+	script = script_arg(argv, ac, &at);
+	if (script && stdin_path(script)) {
+		*fd = 0;
+		return PS_RUNS;
+	}
+	if (script && (!strncmp(script, "/dev/fd/", 8) || !strncmp(script, "/proc/self/fd/", 14))) {
+		const char *n = strrchr(script, '/') + 1;
+		int v = 0;
+		for (; *n >= '0' && *n <= '9' && v < 1 << 20; n++)
+			v = v * 10 + (*n - '0');
+		if (!*n && n[-1] != '/') {
+			*fd = v;
+			return PS_RUNS;
+		}
+	}
+	return PS_NONE;
+}

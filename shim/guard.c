@@ -531,6 +531,32 @@ static bool refused_only_inside(const char *file, char *const argv[], const char
 	return policy_exec(pol, file, cut, shim_getenv("PATH"), &w) != PV_DENY;
 }
 
+/* A pipeline seen one process at a time (`$(command -v curl) URL | sh`,
+ * `c=curl; $c URL | bash`, a pipeline of the session's root): a fetcher
+ * whose standard output is a pipe leaves the pipe's inode in the session's
+ * table of fetched pipes, an interpreter reading its program from a pipe in
+ * the table of run pipes; each then looks for the pipe in the other table.
+ * The two execs race, and whichever comes second finds the first: the
+ * fetcher or the interpreter is refused, and nothing fetched runs. */
+static int guard_stream(const char *file, char *const argv[])
+{
+	struct stat st;
+	uint64_t *mine, *theirs;
+	int fd, role = policy_stream_role(pol, file, argv, &fd);
+
+	if (role == PS_NONE || fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode) ||
+	    (!shim.session_open && shim_segment(&(struct jseg *){ NULL })))
+		return 0;
+	mine = (uint64_t *)(void *)((char *)shim.s.ctr + (role == PS_FETCHER ? JL_FETCH_PIPES_AT : JL_RUN_PIPES_AT));
+	theirs = (uint64_t *)(void *)((char *)shim.s.ctr + (role == PS_FETCHER ? JL_RUN_PIPES_AT : JL_FETCH_PIPES_AT));
+	__atomic_store_n(&mine[st.st_ino % JL_PIPE_SLOTS], (uint64_t)st.st_ino, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&theirs[st.st_ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) != (uint64_t)st.st_ino)
+		return 0;
+	return refuse("exec", file ? file : argv[0], NULL, argv,
+		      role == PS_FETCHER ? "fetch-and-run: an interpreter runs what this fetcher writes to it"
+					 : "fetch-and-run: code fetched from the network is run by an interpreter", EPERM);
+}
+
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
 {
 	const char *why = NULL;
@@ -550,8 +576,12 @@ HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
 			file = strcat(strcpy(found, "./"), file);
 	}
 	if (policy_exec_stat(pol, file, argv, shim_getenv("PATH"), &why, &st) != PV_DENY ||
-	    refused_only_inside(file, argv, why))
+	    refused_only_inside(file, argv, why)) {
+		int err = guard_stream(file, argv);
+		if (err)
+			return err;
 		return mode == PM_ENFORCE ? opaque_exec_known(pol, file, argv, &st) : 0;
+	}
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }
 

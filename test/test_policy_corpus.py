@@ -32,7 +32,7 @@ BUILD = os.environ.get("FTSBX_BUILD") or os.path.join(ROOT, "build")
 FTSBX = os.path.join(BUILD, "ftsbx")
 SHIM = os.path.join(BUILD, "libftsbx.so")
 PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-CHECK = re.compile(r"\s+#\s+(write|read|argv|signal|connect):\s*(.*)$")
+CHECK = re.compile(r"\s+#\s+(write|read|argv|signal|connect|pipe):\s*(.*)$")
 BLOCK_MAJOR, BLOCK_MINOR = 60, 7        # "local/experimental use": no driver
 
 GITCONFIG = """[user]
@@ -258,6 +258,8 @@ def explain_argv(scratch, check, arg, line, env):
     arg = scratch.expand(arg, env)
     if check == "argv":
         return base + ["--"] + shlex.split(arg)
+    if check == "pipe":         # the pipeline as its processes are exec'd
+        return base + ["--", "bash", "-c", arg]
     return base + [f"--{check}", arg]
 
 
