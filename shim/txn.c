@@ -141,6 +141,9 @@ static uint32_t child_take(pid_t pid)
  * SHELL_INHERITED: a session shell still runs in the transaction the root
  * gave it (it has started no child yet). */
 static bool starter(void);
+/* A fork child of the root before its first exec: the key it was started
+ * with (0 once decided, and in every other process). */
+static uint32_t fork_key HOT_DATA;
 static int shell HOT_DATA;
 static bool shell_inherited;
 
@@ -293,7 +296,7 @@ static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int statu
 	jb_u32(&b, F_PID, (uint32_t)pid);
 	if (with_status)
 		jb_u32(&b, F_STATUS, (uint32_t)status);
-	if (type == J_TXN_BEGIN && starter()) {
+	if (type == J_TXN_BEGIN && !fork_key && starter()) {
 		jb_argv(&b, F_ARGV, shim.argv);
 		if (b.overflow) {
 			jb_init(&b, buf, sizeof(buf), type, 0, txn);
@@ -419,9 +422,6 @@ static void release(uint32_t key)
 		__atomic_store_n(&released()[key % RELEASED_SLOTS], key, __ATOMIC_RELEASE);
 }
 
-/* A fork child of the root before its first exec: the key it was started
- * with (0 once decided, and in every other process). */
-static uint32_t fork_key HOT_DATA;
 
 /* The first exec of a tool call's child (ENVP: the environment it passes):
  * the agent's own machinery leaves the transaction, a group member joins
@@ -962,6 +962,17 @@ static bool starter(void)
 
 	if (shim.root)
 		return true;
+	/* A fork of the root that has not exec'd is the agent itself, as a
+	 * worker (os.fork, multiprocessing's fork start method, a subshell of a
+	 * root shell): what it starts are tool calls of their own, as the
+	 * root's are. The transaction the root gave it is the root's to end. */
+	if (fork_key && !vf.child) {
+		if (s <= 0) {
+			shell_inherited = true;
+			__atomic_store_n(&shell, 1, __ATOMIC_RELEASE);
+		}
+		return true;
+	}
 	if (__builtin_expect(s == 0, 0)) {
 		bool busy = shim_busy;
 

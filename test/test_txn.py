@@ -981,3 +981,76 @@ def test_on_failure_refusal_rewinds_a_call_that_exits_0_after_a_refusal(tmp_path
     rows = {" ".join(row["argv"] or []): row for row in txn_rows(tmp_path)}
     assert [row["rewound"] for cmd, row in rows.items() if "sneaky" in cmd] == ["yes"], rows
     assert [row["rewound"] for cmd, row in rows.items() if "honest" in cmd] == ["no"], rows
+
+
+FORK_AGENT = textwrap.dedent("""
+    import json, multiprocessing as mp, os, subprocess, sys
+
+    def tool(cmd):
+        if cmd.startswith("popen:"):
+            f = os.popen(cmd[6:])
+            f.read()
+            st = f.close()
+            code = 0 if st is None else os.waitstatus_to_exitcode(st)
+        else:
+            code = subprocess.run(cmd, shell=True).returncode
+        return code, open("state.txt").read(), os.path.exists("a.txt")
+
+    def worker(rfd, wfd):
+        r, w = os.fdopen(rfd), os.fdopen(wfd, "w")
+        for line in r:
+            w.write(json.dumps(tool(json.loads(line))) + "\\n")
+            w.flush()
+        os._exit(0)
+
+    calls = ["echo one >> state.txt", "popen:echo two >> state.txt; rm -f a.txt; exit 3",
+             "echo three >> state.txt", "popen:echo four >> state.txt"]
+    if sys.argv[1] == "fork":       # the agent's own workers, forked, fed through pipes
+        a_r, a_w = os.pipe()
+        b_r, b_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(a_w); os.close(b_r)
+            worker(a_r, b_w)
+        os.close(a_r); os.close(b_w)
+        to, frm = os.fdopen(a_w, "w"), os.fdopen(b_r)
+        log = []
+        for c in calls:
+            to.write(json.dumps(c) + "\\n"); to.flush()
+            log.append(json.loads(frm.readline()))
+        to.close()
+        os.waitpid(pid, 0)
+    else:                           # multiprocessing's default start method on Linux: fork
+        with mp.get_context("fork").Pool(1) as pool:
+            log = [pool.apply(tool, (c,)) for c in calls]
+    print(json.dumps(log))
+""")
+
+
+@pytest.mark.parametrize("how", ["fork", "pool"])
+def test_tool_calls_of_forked_workers_are_transactions_of_their_own(tmp_path, how):
+    """An agent that hands its tool calls to workers it forked (os.fork,
+    multiprocessing's fork start method) gets one transaction per tool call,
+    and a failing one rewound before the worker reports back; a whole-session
+    rewind gives back the tree."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "fork_agent.py"
+    agent.write_text(FORK_AGENT)
+    r = subprocess.run(["/usr/bin/python3", str(agent), how], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    log = json.loads(r.stdout.strip().splitlines()[-1])
+    assert log[0] == [0, "zero\none\n", True]
+    assert log[1] == [3, "zero\none\n", True], "the failed call's write and rm must be gone"
+    assert log[2] == [0, "zero\none\nthree\n", True]
+    assert log[3] == [0, "zero\none\nthree\nfour\n", True]
+    rows = [json.loads(l) for l in subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"],
+                                                  capture_output=True, text=True).stdout.splitlines()]
+    cmds = {" ".join(row["argv"] or []): row for row in rows}
+    for call in ("echo one", "exit 3", "echo three", "echo four"):
+        assert sum(call in c for c in cmds) == 1, (call, list(cmds))
+    assert [row["rewound"] for c, row in cmds.items() if "exit 3" in c] == ["yes"]
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
