@@ -673,45 +673,44 @@ static bool in_session(pid_t pid)
 	return false;
 }
 
-HIDDEN int guard_signal(pid_t target, int sig)
+/* A signal SIG to TARGET (-N: group N, -1: every process of the user), or
+ * a change as good as one, named WHAT in the refusal. */
+static int judge_target(pid_t target, int sig, const char *what)
 {
 	const char *why = NULL;
-	bool in;
-	char what[48];
+	bool in = target == 0 || (target > 0 && in_session(target)) || (target < -1 && in_session(-target));
 
-	ready();
-	if (mode == PM_OFF || sig == 0)
-		return 0;
-	in = target == 0 || (target > 0 && in_session(target)) || (target < -1 && in_session(-target));
 	if (policy_signal(pol, target, sig, in, &why) != PV_DENY)
 		return 0;
 	/* a process (or group) already gone is no one's: its pid told
 	 * in_session() nothing, and the call fails as it would, ESRCH */
 	if (target != -1 && syscall(SYS_kill, target, 0) < 0 && errno == ESRCH)
 		return ESRCH;
-	snprintf(what, sizeof(what), "kill %d %d", sig, (int)target);
 	return refuse("signal", what, NULL, NULL, why, EPERM);
 }
 
+HIDDEN int guard_signal(pid_t target, int sig)
+{
+	char what[48];
+
+	ready();
+	if (mode == PM_OFF || sig == 0)
+		return 0;
+	snprintf(what, sizeof(what), "kill %d %d", sig, (int)target);
+	return judge_target(target, sig, what);
+}
+
 /* A change of another process that is as good as a signal (its limits,
- * priority, scheduling, memory): judged as SIGKILL to TARGET would be
- * (-N: group N, -1: every process of the user), named by OP. */
+ * priority, scheduling, memory): judged as SIGKILL would be, named by OP. */
 HIDDEN int guard_process(pid_t target, const char *op)
 {
-	const char *why = NULL;
 	char what[64];
-	bool in;
 
 	ready();
 	if (mode == PM_OFF || target == 0 || target == shim_pid())
 		return 0;
-	in = (target > 0 && in_session(target)) || (target < -1 && in_session(-target));
-	if (policy_signal(pol, target, SIGKILL, in, &why) != PV_DENY)
-		return 0;
-	if (target != -1 && syscall(SYS_kill, target, 0) < 0 && errno == ESRCH)
-		return ESRCH;
 	snprintf(what, sizeof(what), "%s %d", op, (int)target);
-	return refuse("signal", what, NULL, NULL, why, EPERM);
+	return judge_target(target, SIGKILL, what);
 }
 
 /* pidfd_send_signal: the target is the pid behind the descriptor. */

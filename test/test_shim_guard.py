@@ -455,6 +455,15 @@ def test_an_orphan_the_root_forked_is_still_the_sessions_own(shim):
             pass
 
 
+ATTEMPT = """def attempt(what, fn):
+    try:
+        fn()
+        print(what, "done")
+    except OSError as e:
+        print(what, e.errno)
+"""
+
+
 # --- paths deeper than PATH_MAX ---------------------------------------------------------
 
 def test_cwd_deeper_than_path_max_fails_closed(shim):
@@ -479,13 +488,7 @@ def test_cwd_deeper_than_path_max_fails_closed(shim):
 import os
 for part in {deep!r}.split("/"):
     os.chdir(part)
-def attempt(what, fn):
-    try:
-        fn()
-        print(what, "done")
-    except OSError as e:
-        print(what, e.errno)
-attempt("write", lambda: open("leaf", "w").write("CHANGED\\n"))
+{ATTEMPT}attempt("write", lambda: open("leaf", "w").write("CHANGED\\n"))
 attempt("unlink", lambda: os.unlink("rm_me"))
 attempt("create", lambda: open("new", "x").close())
 attempt("chmod", lambda: os.chmod(".", 0o700))
@@ -533,13 +536,7 @@ def test_a_removed_file_kept_in_the_journal_is_not_changed_through_an_open_descr
 echo more >> /dev/fd/4 && echo appended-g
 {PY} - <<'PY'
 import os
-def attempt(what, fn):
-    try:
-        fn()
-        print(what, "done")
-    except OSError as e:
-        print(what, e.errno)
-h = os.open("h", os.O_WRONLY | os.O_APPEND)
+{ATTEMPT}h = os.open("h", os.O_WRONLY | os.O_APPEND)
 os.unlink("h")
 attempt("ftruncate", lambda: os.ftruncate(h, 3))
 i = os.open("i", os.O_RDONLY)
