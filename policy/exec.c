@@ -198,26 +198,37 @@ static bool prog_match(const char *alts, const struct prog *pg)
 
 /* --- flags and operands --------------------------------------------------------- */
 
-/* Is the long option ARG ("--name" or "--name=value") the flag ALT? */
-static bool long_is(const char *alt, size_t an, const char *arg)
+/* Is the long option ARG ("--name" or "--name=value") the flag ALT? MIN:
+ * the shortest abbreviation that counts, dashes included. */
+static bool long_is(const char *alt, size_t an, const char *arg, size_t min)
 {
-	size_t n = strcspn(arg, "=");
+	size_t n = strcspn(arg, "="), lit = 0;
 
 	if (glob_match(alt, arg, n, false))
 		return true;
-	/* getopt_long's abbreviations: --recur for --recursive */
-	return n >= 4 && n < an && !glob_has_magic(alt, an) && !memcmp(alt, arg, n);
+	/* getopt_long's and git's abbreviations: --recur for --recursive, and
+	 * for a glob, of its literal beginning: --force-w for
+	 * --force-with-lease* (what follows the wildcard can be left off too) */
+	while (lit < an && alt[lit] != '*' && alt[lit] != '?' && alt[lit] != '[')
+		lit++;
+	return n >= min && n < lit && !memcmp(alt, arg, n);
 }
 
-static bool flag_present(const char *alts, char *const args[], int n)
+/* Is one of the flags ALTS among ARGS? NEG: the rule wants it absent, so an
+ * abbreviation lets a command through: one letter (--d) is too short to
+ * tell (git push --d is --delete or --dry-run); a flag that refuses counts
+ * from one letter on (git push --m is --mirror). */
+static bool flag_present(const char *alts, char *const args[], int n, bool neg)
 {
+	size_t min = neg ? 4 : 3;
+
 	for (const char *a = alts; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL) {
 		size_t an = strcspn(a, "|");
 		for (int i = 0; i < n && strcmp(args[i], "--"); i++) {
 			const char *g = args[i];
 			if (g[0] != '-' || !g[1])
 				continue;
-			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g) : g[1] != '-' && strchr(g + 1, a[1]))
+			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min) : g[1] != '-' && strchr(g + 1, a[1]))
 				return true;
 		}
 	}
@@ -258,7 +269,7 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 		bool neg = pat[0] == '!';       /* !TOKEN: matches where TOKEN does not */
 		pat += neg;
 		if (t[k].kind == ET_FLAG) {
-			if (flag_present(pat, args, n) == !neg)
+			if (flag_present(pat, args, n, neg) == !neg)
 				continue;
 			return false;
 		}

@@ -48,7 +48,7 @@ GITCONFIG = """[user]
 STANDINS = """shutdown reboot halt poweroff init telinit systemctl loginctl kexec
 mkfs mkfs.ext4 mkfs.xfs mkfs.vfat mke2fs mkswap fdisk sfdisk parted wipefs
 blkdiscard sgdisk hdparm losetup cryptsetup mdadm mount umount sudo su doas
-pkexec runuser chroot nsenter crontab at pnpm yarn twine gem podman poetry
+pkexec run0 runuser chroot nsenter crontab at pnpm yarn twine gem podman poetry
 flit gh ip ifconfig route nmcli ifdown ifup netplan hwclock timedatectl setenforce
 chattr zfs btrfs aws gcloud gsutil az heroku vercel flyctl helm dropdb psql mysql
 redis-cli mongosh nvme blockdev badblocks lvremove vgremove pvremove lvcreate lvresize gdisk cfdisk
