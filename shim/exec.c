@@ -290,6 +290,92 @@ static void record_exec_txn(const char *path, char *const argv[], pid_t pid, uin
 		munmap(mem_, cap_ * sizeof(char *));                             \
 } while (0)
 
+/* git takes configuration from its environment as well as from -c
+ * (GIT_CONFIG_COUNT with GIT_CONFIG_KEY_N and GIT_CONFIG_VALUE_N, and
+ * GIT_CONFIG_PARAMETERS: 'KEY'='VALUE' ...): a push forced or aliased that
+ * way (`GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.push
+ * GIT_CONFIG_VALUE_0=+main git push`, as bash execs it) is judged as the
+ * same -c KEY=VALUE words would be. ARGV itself when there are none (or
+ * the program is not git), else OUT, built in BUF. */
+static char *const *git_env_argv(char *const argv[], char *const envp[], char *out[64], char *buf, size_t cap)
+{
+	const char *params = NULL, *count = NULL;
+	size_t used = 0;
+	int n = 1, k;
+
+	for (char *const *e = envp; *e; e++)
+		if (!strncmp(*e, "GIT_CONFIG_", 11)) {
+			if (!strncmp(*e + 11, "PARAMETERS=", 11))
+				params = *e + 22;
+			else if (!strncmp(*e + 11, "COUNT=", 6))
+				count = *e + 17;
+		}
+	if (!params && !count)
+		return argv;
+	out[0] = argv[0];
+	for (long i = 0, c = count ? strtol(count, NULL, 10) : 0; i < c && i < 24 && n < 56; i++) {
+		char kn[40], vn[40];
+		const char *key, *val;
+		snprintf(kn, sizeof(kn), "GIT_CONFIG_KEY_%ld", i);
+		snprintf(vn, sizeof(vn), "GIT_CONFIG_VALUE_%ld", i);
+		key = val = NULL;
+		for (char *const *e = envp; *e; e++) {
+			size_t kl = strlen(kn), vl = strlen(vn);
+			if (!strncmp(*e, kn, kl) && (*e)[kl] == '=')
+				key = *e + kl + 1;
+			if (!strncmp(*e, vn, vl) && (*e)[vl] == '=')
+				val = *e + vl + 1;
+		}
+		int w = key ? snprintf(buf + used, cap - used, "%s=%s", key, val ? val : "") : -1;
+		if (w < 0 || (size_t)w >= cap - used)
+			continue;
+		out[n++] = "-c";
+		out[n++] = buf + used;
+		used += (size_t)w + 1;
+	}
+	/* 'KEY'='VALUE' 'KEY2'='VALUE2': the quotes dropped */
+	for (const char *p = params; p && *p && n < 56;) {
+		size_t start = used;
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			break;
+		for (bool q = false; *p && (q || *p != ' ') && used + 1 < cap; p++) {
+			if (*p == '\'' ) {
+				q = !q;
+				continue;
+			}
+			buf[used++] = *p;
+		}
+		if (used + 1 >= cap)
+			break;
+		buf[used++] = 0;
+		out[n++] = "-c";
+		out[n++] = buf + start;
+	}
+	for (k = 1; argv[k] && n < 63; k++)
+		out[n++] = argv[k];
+	out[n] = NULL;
+	return argv[k] ? argv : out;    /* too many words to add: as it is */
+}
+
+/* guard_exec for git, with what its environment configures (on a stack
+ * frame of its own: no other exec pays for the buffers). */
+static __attribute__((noinline)) int guard_exec_git(const char *path, bool search, char *const argv[],
+						    char *const envp[])
+{
+	char *words[64], buf[4096];
+
+	return guard_exec(path, search, envp ? git_env_argv(argv, envp, words, buf, sizeof(buf)) : argv);
+}
+
+static bool runs_git(const char *path, char *const argv[])
+{
+	const char *prog = path ? path : argv[0], *slash = prog ? strrchr(prog, '/') : NULL;
+
+	return prog && !strcmp(slash ? slash + 1 : prog, "git");
+}
+
 /* 0: not ours to look at (call the real function); 1: go on; -1: refused
  * (errno set). ENVP: the environment the program gets. A vfork child runs
  * with its guard up (its other hooks pass through) and keeps it up. */
@@ -309,8 +395,10 @@ static int exec_enter(struct hook_ctx *c, const char *path, bool search, char *c
 		err = errno;
 	else {  /* "(fexecve)": a file with no path, judged by its argv */
 		bool was = kind_keep_off;
+		const char *file = path && path[0] == '(' ? NULL : path;
 		kind_keep_off = true;
-		err = guard_exec(path && path[0] == '(' ? NULL : path, search, argv);
+		err = argv && argv[0] && runs_git(file, argv) ? guard_exec_git(file, search, argv, envp)
+							      : guard_exec(file, search, argv);
 		kind_keep_off = was;
 	}
 	if (err) {
