@@ -384,7 +384,7 @@ HOT HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, con
 			cwd_check();
 			int i = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE);
 			if (!cwd_buf[i][0])
-				return -cwd_err[i];
+				return cwd_err[i] ? -cwd_err[i] : -ENOENT;
 			n = cwd_len[i];
 			memcpy(out, cwd_buf[i], n + 1);
 		} else {
