@@ -7,6 +7,7 @@
  * nothing changes unjournaled.
  */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -210,14 +211,36 @@ HIDDEN bool shim_fd_of_removed(const char *p, const char *real)
 
 #define FD_OF_REMOVED 1
 
-/* A change, through a descriptor left open on it, of a removed file kept in
- * objects/: it would change the pre-image itself, and a rewind would put
- * back the changed file. Refused (a write() to a descriptor that was open
- * for writing before the removal was journaled when it was opened). */
-static int refuse_kept(const char *p)
+/* A change, through descriptor FD left open on it, of a removed file kept in
+ * objects/ (P names it): the change is made to the pre-image itself. Where
+ * FD was opened to write in place (not only to append), its open journaled
+ * the whole file, and the rewind puts that back over the kept inode: let
+ * through. Else (opened to read, or to append, whose record holds only the
+ * size; FD -1: not this process's) refused. */
+static int kept_change(int fd, const char *p)
 {
+	int fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+
+	if (fl >= 0 && ((fl & O_ACCMODE) == O_RDWR || ((fl & O_ACCMODE) == O_WRONLY && !(fl & O_APPEND))))
+		return 0;
 	shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
 	return EACCES;
+}
+
+/* The descriptor number a link of this process names (/dev/fd/N,
+ * /proc/self/fd/N, /proc/PID/fd/N, /dev/stdin ...), or -1. */
+static int own_fd(const char *p)
+{
+	const char *n = strrchr(p, '/');
+	char self[32];
+
+	if (!strcmp(p, "/dev/stdin") || !strcmp(p, "/dev/stdout") || !strcmp(p, "/dev/stderr"))
+		return p[8] == 'i' ? 0 : p[8] == 'o' ? 1 : 2;
+	snprintf(self, sizeof(self), "/proc/%d/fd/", (int)shim_pid());
+	if (!n || (strncmp(p, "/dev/fd/", 8) && strncmp(p, "/proc/self/fd/", 14) && strncmp(p, self, strlen(self))) ||
+	    !all_digits(n + 1, strlen(n + 1)))
+		return -1;
+	return (int)strtol(n + 1, NULL, 10);
 }
 
 /* lstat P into *ST; with FOLLOW, follow a final symlink (at most 40), as
@@ -491,7 +514,7 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 	locked = lock_first(p);
 	err = resolve_final(p, follow, &st, &moved);
 	if (err == FD_OF_REMOVED)
-		return refuse_kept(p);
+		return kept_change(own_fd(p), p);
 	moved |= canonical_parent(p);
 	mode = st.st_mode & S_IFMT;
 	if (!err && !mode && !creates)
@@ -815,7 +838,7 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		return 0;               /* a pipe, a socket: nothing to restore */
 	n = strlen(p);
 	if (kept_inode(p))
-		return refuse_kept(p);
+		return kept_change(fd, p);
 	if (n > 10 && !strcmp(p + n - 10, " (deleted)"))
 		return 0;               /* unlinked: nobody's pre-image */
 	return check("change", p, op, false, false);

@@ -525,9 +525,11 @@ def test_library_handle_lookups_get_the_hooks(shim):
 
 def test_a_removed_file_kept_in_the_journal_is_not_changed_through_an_open_descriptor(shim):
     """rm of a file another descriptor holds open keeps its inode in the
-    journal as its pre-image: a change through that descriptor (a reopen of
-    /dev/fd/N, ftruncate, fsetxattr, fchmod) would change the pre-image, so
-    it is refused; the rewind puts back every file as it was."""
+    journal as its pre-image: a change through a descriptor opened to read
+    or to append (a reopen of /dev/fd/N, ftruncate, fsetxattr, fchmod) would
+    change the pre-image, whose whole bytes no record holds, so it is
+    refused (one opened to write in place journaled them: test_shim_remove);
+    the rewind puts back every file as it was."""
     for rel in ("f", "g", "h", "i"):
         shim.write(rel, f"original-{rel}\n")
     before = shim.snap()
