@@ -370,7 +370,15 @@ static void session_filter(void)
 	f[k++] = RET(SECCOMP_RET_ALLOW);   /* another ABI: none is ours to judge */
 	struct sock_fprog prog = { .len = (unsigned short)k, .filter = f };
 
-	(void)prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+	/* SPEC_ALLOW: where the kernel's spec_store_bypass mode is "seccomp"
+	 * (the default of kernels before 5.16), a filter without it turns on
+	 * the store-bypass mitigation for the whole process and everything it
+	 * starts, a slowdown of every program of the session that the same
+	 * program run natively never pays. The filter guards the machine
+	 * against an agent's mistakes, not against a side channel; a program
+	 * that wants the mitigation still asks for it with prctl. */
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW, &prog) < 0)
+		(void)prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
 }
 
 /* Landlock's later ABIs, which this system's <linux/landlock.h> may not
