@@ -48,19 +48,25 @@ def micro_row(name, plain, shim, unit, k):
     row(name, statistics.median(plain) / k, statistics.median(shim) / k, unit, f"  (best rounds {best:4.2f})")
 
 
+def alternate(op, n, target, env_of):
+    """OP N times per round, natively and under the shim (ENV_OF(round)),
+    in MICRO_ROUNDS alternating rounds: the two lists of ns per call."""
+    plain, shim = [], []
+    for r in range(MICRO_ROUNDS):
+        out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True)
+        plain.append(float(out.stdout))
+        out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True, env=env_of(r))
+        shim.append(float(out.stdout))
+    return plain, shim
+
+
 def micro(tmp):
     target = os.path.join(tmp, "file")
     with open(target, "wb") as f:
         f.write(b"x" * 8192)
     for op, n, label in (("open", 40000, "read-only open+close"), ("stat", 40000, "stat"),
                          ("read", 40000, "pread 4 KiB"), ("spawn", 60, "exec of /bin/true (posix_spawn+wait)")):
-        plain, shim = [], []
-        for r in range(MICRO_ROUNDS):
-            out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True)
-            plain.append(float(out.stdout))
-            out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True,
-                                 env=shim_env(os.path.join(tmp, f"j-{op}-{r}")))
-            shim.append(float(out.stdout))
+        plain, shim = alternate(op, n, target, lambda r: shim_env(os.path.join(tmp, f"j-{op}-{r}")))
         unit = "us" if op == "spawn" else "ns"
         micro_row(label, plain, shim, unit, 1000.0 if op == "spawn" else 1.0)
     confinement(tmp, target)
@@ -77,13 +83,8 @@ def confinement(tmp, target):
         f.write("[policy]\nbase = default\nlandlock = off\n")
     for op, n, label in (("open", 40000, "  the same, landlock = off (no confinement)"),
                          ("read", 40000, "  pread 4 KiB, landlock = off")):
-        plain, shim = [], []
-        for r in range(MICRO_ROUNDS):
-            out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True)
-            plain.append(float(out.stdout))
-            env = dict(shim_env(os.path.join(tmp, f"j-nl-{op}-{r}")), FTSBX_POLICY=policy)
-            out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True, env=env)
-            shim.append(float(out.stdout))
+        plain, shim = alternate(op, n, target, lambda r: dict(shim_env(os.path.join(tmp, f"j-nl-{op}-{r}")),
+                                                             FTSBX_POLICY=policy))
         micro_row(label, plain, shim, "ns", 1.0)
 
 
