@@ -3,10 +3,16 @@
  * this process's segment, all at or above a high floor) alive through a
  * program's close, dup2, dup3, close_range and closefrom: a close of one of
  * ours fails with EBADF as if it were not open, a dup onto one moves ours
- * out of the way first, and a range close skips ours.
+ * out of the way first, and a range close skips ours. Every call that
+ * closes or replaces a descriptor, glibc's own closes inside libc among
+ * them (closedir, fclose, fcloseall, daemon, login_tty), drops its path
+ * from the descriptor cache (path.c), which trusts its entries unchecked.
  */
+#include <dirent.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <unistd.h>
+#include <utmp.h>
 #include "shim.h"
 
 static int *const ours[] = { &shim.g.fd, &shim.s.dirfd, &shim.s.logfd, &shim.s.objfd };
@@ -104,6 +110,43 @@ EXPORT void closefrom(int fd)
 {
 	if (fd >= 0)
 		close_range((unsigned)fd, ~0u, 0);
+}
+
+/* glibc closes these descriptors with its internal close. */
+EXPORT int closedir(DIR *d)
+{
+	__asm__("" : "+r"(d));  /* declared nonnull; glibc's own says EINVAL */
+	if (d)
+		fdcache_drop(dirfd(d));
+	return REAL(closedir)(d);
+}
+
+EXPORT int fclose(FILE *f)
+{
+	if (f)
+		fdcache_drop(fileno_unlocked(f));
+	return REAL(fclose)(f);
+}
+
+EXPORT int fcloseall(void)
+{
+	fdcache_drop_range(0, ~0u);
+	return REAL(fcloseall)();
+}
+
+/* and dup2 /dev/null or the terminal onto 0-2 */
+EXPORT int daemon(int nochdir, int noclose)
+{
+	if (!noclose)
+		fdcache_drop_range(0, 2);
+	return REAL(daemon)(nochdir, noclose);
+}
+
+EXPORT int login_tty(int fd)
+{
+	fdcache_drop_range(0, 2);
+	fdcache_drop(fd);
+	return REAL(login_tty)(fd);
 }
 
 static void dup_cached(int from, int to)

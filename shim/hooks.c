@@ -624,6 +624,8 @@ HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f)
 {
 	int flags = fopen_flags(mode);
 
+	if (f)                  /* glibc closes its descriptor inside libc */
+		fdcache_drop(fileno_unlocked(f));
 	if (path)
 		return pre_fopen(AT_FDCWD, path, mode);
 	if (!writes(flags) || !f)

@@ -81,8 +81,8 @@ def confinement(tmp, target):
     policy = os.path.join(tmp, "no-landlock.ini")
     with open(policy, "w") as f:
         f.write("[policy]\nbase = default\nlandlock = off\n")
-    for op, n, label in (("open", 40000, "  the same, landlock = off (no confinement)"),
-                         ("read", 40000, "  pread 4 KiB, landlock = off")):
+    for op, n, label in (("open", 40000, "read-only open+close, landlock = off"),
+                         ("read", 40000, "pread 4 KiB, landlock = off")):
         plain, shim = alternate(op, n, target, lambda r: dict(shim_env(os.path.join(tmp, f"j-nl-{op}-{r}")),
                                                              FTSBX_POLICY=policy))
         micro_row(label, plain, shim, "ns", 1.0)

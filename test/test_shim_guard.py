@@ -162,21 +162,29 @@ def test_host_dup2_onto_high_fds(shim):
     shim.roundtrip(b"ulimit -n 4096 && %s a.txt newfile" % exe, check)
 
 
-def test_host_reuses_directory_numbers_closed_inside_libc(shim):
+@pytest.mark.parametrize("mode", ["enforce", "audit"])
+def test_host_reuses_directory_numbers_closed_inside_libc(shim, mode):
     """closedir and fclose close inside libc, where no hook sees it; the
-    numbers come back for other directories and files, and what is made,
-    changed and removed through them is journaled under the right paths."""
+    numbers come back for other directories and files (through dup, fopen
+    and opendir), and what is made, changed and removed through them is
+    journaled under the right paths. In audit mode opendir's and fopen's
+    own opens are all that opens (no judging probe takes the number first
+    and drops it on its close)."""
     exe = shim.gcc("fdreuse", "fdreuse.c")
-    for rel, data in (("b/gone", b"g"), ("b/kept", b"k"), ("b/other", b"other"), ("c/x", b"x")):
+    for rel, data in (("b/gone", b"g"), ("b/kept", b"k"), ("b/other", b"other"), ("c/x", b"x"),
+                      ("c/victim1", b"v1"), ("c/victim2", b"v2"), ("a/stays", b"a")):
         shim.write(rel, data)
-    os.mkdir(shim.p("a"))
 
     def check(_):
         assert shim.read("b/made-in-b") == b"b\n" and shim.exists("b/dir-in-b")
         assert not shim.exists("b/gone") and shim.read("b/from-c") == b"x"
         assert os.readlink(shim.p("c/link-in-c")) == b"kept" and shim.exists("started")
         assert shim.read("b/other") == b"o" and os.stat(shim.p("b/other")).st_mode & 0o777 == 0o604
-    shim.roundtrip(b"%s a b c" % exe, check)
+        assert not shim.exists("c/victim1") and not shim.exists("c/victim2") and shim.read("a/stays") == b"a"
+    policy = os.path.join(shim.base, b"mode.ini")
+    with open(policy, "w") as f:
+        f.write(f"[policy]\nbase = default\nmode = {mode}\n")
+    shim.roundtrip(b"%s a b c" % exe, check, env=dict(shim.env(True), FTSBX_POLICY=policy))
 
 
 def test_host_constructor_writes_before_main(shim):

@@ -7,9 +7,14 @@
  * fopen opens (inside libc) on the number of a file closed by fclose, then
  * changed through its descriptor (fchmod, ftruncate).
  *
+ * And numbers that come back where no hook sees them at all: a directory
+ * the shim keeps closed by closedir, or by fclose of a stream fdopen made
+ * on it, whose number opendir's own open then takes for C: what is removed
+ * through dirfd() of that stream is C's (the shim's cache must not name A).
+ *
  * usage: fdreuse A B C   (three directories; creates, changes and removes
  * entries in B and C through reused numbers, and B/kept and B/other
- * through a reused file number)
+ * through a reused file number; removes C/victim1 and C/victim2)
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -24,6 +29,37 @@ static int dir_fd(const char *p)
 	if (fd < 0)
 		perror(p);
 	return fd;
+}
+
+/* Close the kept directory A's descriptor inside libc (closedir of
+ * fdopendir, or fclose of fdopen), let opendir's own open take the number
+ * for C, and remove C/NAME through it. */
+static int remove_through_opendir(const char *a, const char *c, const char *name, int by_fclose)
+{
+	int fd = dir_fd(a);
+	DIR *d;
+
+	if (fd < 0)
+		return -1;
+	if (by_fclose) {
+		FILE *f = fdopen(fd, "r");
+		if (!f || fclose(f) != 0)
+			return -1;
+	} else {
+		DIR *ad = fdopendir(fd);
+		if (!ad || closedir(ad) != 0)
+			return -1;
+	}
+	d = opendir(c);
+	if (!d || dirfd(d) != fd) {
+		fprintf(stderr, "fdreuse: opendir did not take the freed %d\n", fd);
+		return -1;
+	}
+	if (unlinkat(dirfd(d), name, 0) < 0) {
+		perror(name);
+		return -1;
+	}
+	return closedir(d);
 }
 
 /* A duplicate of FD on the number WANT (the lowest free one). */
@@ -84,6 +120,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (fchmod(fileno(o), 0604) < 0 || ftruncate(fileno(o), 1) < 0 || fclose(o) != 0)
+		return 1;
+	if (fchdir(c2) < 0 || chdir("..") < 0 || remove_through_opendir(argv[1], argv[3], "victim1", 0) < 0 ||
+	    remove_through_opendir(argv[1], argv[3], "victim2", 1) < 0)
 		return 1;
 	return close(b2) || close(c2) || close(c);
 }
