@@ -209,8 +209,9 @@ def main():
             for m, label in (("shim", f"agent loop, 200 tool calls, {what}"),
                              ("rewind", f"  the same, FTSBX_ON_FAILURE=rewind, {what}")):
                 t = statistics.median(x[k] for x in times[m])
+                best = min(x[k] for x in times[m]) / min(x[k] for x in times["native"])
                 print(f"{label:<44} {t * 1e3:>10.0f} ms     native {native * 1e3:>10.0f} ms     ratio "
-                      f"{t / native:5.2f}  ({(t - native) / CALLS * 1e3:+.2f} ms per call)")
+                      f"{t / native:5.2f}  ({(t - native) / CALLS * 1e3:+.2f} ms per call; best rounds {best:4.2f})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
