@@ -233,6 +233,8 @@ unsigned policy_rewind_on(const struct policy *pol) { return pol->b->rewind_on; 
 bool policy_net_record(const struct policy *pol) { return pol->b->net_record; }
 const char *policy_workspace(const struct policy *pol) { return pol_str(pol, pol->b->workspace); }
 const char *policy_source(const struct policy *pol) { return pol_str(pol, pol->b->source); }
+bool policy_fetch_run(const struct policy *pol) { return pol->b->fetch_run; }
+bool policy_fetcher(const struct policy *pol, const char *name) { return pol->b->fetch_run && pol_is_fetcher(pol, name); }
 
 enum popaque policy_opaque(const struct policy *pol, enum popaque_kind kind)
 {

@@ -174,6 +174,15 @@ enum pverdict policy_exec(const struct policy *pol, const char *file, char *cons
  * PS_NONE (also when [fetch-and-run] action = allow). */
 enum { PS_NONE, PS_FETCHER, PS_RUNS };
 int policy_stream_role(const struct policy *pol, const char *file, char *const argv[], int *fd);
+/* The script an interpreter of that exec runs from a file (python3 get.py,
+ * bash -e i.sh), or NULL: no interpreter, code given (-c), a program read
+ * from a stream, or fetch-and-run allowed. The shim looks for the mark a
+ * fetcher left on its downloads there (shim/fetched.c). */
+const char *policy_script_of(const struct policy *pol, const char *file, char *const argv[]);
+/* Whether the program named NAME (a base name) is one of [fetch-and-run]
+ * fetchers, with fetch-and-run refused. */
+bool policy_fetcher(const struct policy *pol, const char *name);
+bool policy_fetch_run(const struct policy *pol);        /* fetch-and-run is refused */
 /* The same; *ST: the file the program (FILE, else ARGV[0]) leads to through
  * its symlinks when that names it by a path (has a '/'), as stat would
  * give it; st_ino 0 when that is not known. Saves the caller (the shim's

@@ -570,10 +570,40 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 
 	if (idx < 0)
 		return;
-	for (int k = 0; k < idx; k++)
-		xargs |= !strcmp(base_of(av[k]), "xargs");
+	for (int k = 0; k < idx; k++) {
+		if (strcmp(base_of(av[k]), "xargs"))
+			continue;
+		xargs = true;
+		/* xargs -a FILE reads its lines from FILE: fed when fetched */
+		for (int j = k + 1; j < idx && av[j][0] == '-'; j++) {
+			const char *a = av[j], *f = NULL;
+			int at_word = j;
+			if (!strcmp(a, "-a") || !strcmp(a, "--arg-file"))
+				f = j + 1 < idx ? av[at_word = j + 1] : NULL;
+			else if (!strncmp(a, "--arg-file=", 11))
+				f = a + 11;
+			else if (a[1] == 'a' && a[2])
+				f = a + 2;
+			if (f && (wf[at_word] || fetched_file(p, f) || refs_var(p, f)))
+				fed = true;
+		}
+	}
 	av += idx, wf += idx, ac -= idx;
 	name = pol_base(av[0]);
+	/* script(1) hands its standard input to a shell on a terminal: its -c
+	 * command's, or an interactive one's */
+	if (on && fed && !strcmp(name, "script")) {
+		const char *cmd = NULL, *why = NULL;
+		for (int k = 1; k < ac && !cmd; k++) {
+			if (!strncmp(av[k], "--command=", 10))
+				cmd = av[k] + 10;
+			else if (!strcmp(av[k], "--command") || (av[k][0] == '-' && av[k][1] != '-' && strchr(av[k], 'c')))
+				cmd = k + 1 < ac ? av[k + 1] : "";
+		}
+		if (!cmd || shell_in(p->pol, cmd, strlen(cmd), p->path_value, p->depth + 1, &why, NULL, true) == PV_DENY)
+			deny(p, why ? why : fetch_why);
+		return;
+	}
 	*fetcher = pol_is_fetcher(p->pol, name) ||
 		   (!strcmp(name, "openssl") && ac > 1 && glob_any("s_client|s_time", av[1], strlen(av[1]), false));
 	if (*fetcher || glob_any("scp|rsync|sftp", name, strlen(name), false))
@@ -930,23 +960,38 @@ enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len
 
 /* --- one process of a pipeline (policy.h) --------------------------------------- */
 
+/* The program an exec runs, through its wrappers, as policy_stream_role
+ * and policy_script_of see it: *AV and *AC its words, *NAME its base name.
+ * False when fetch-and-run is allowed, or a wrapper splits a command line. */
+static bool run_program(const struct policy *pol, const char *file, char *const argv[], char *const **av, int *ac,
+			const char **name)
+{
+	const char *split;
+	int n = 0, idx;
+
+	if (!pol->b->fetch_run || !argv || !argv[0])
+		return false;
+	while (argv[n])
+		n++;
+	idx = pol_unwrap(argv, n, &split);
+	if (idx < 0 || split)
+		return false;
+	*av = argv + idx;
+	*ac = n - idx;
+	*name = pol_base(idx == 0 && file ? file : argv[idx]);
+	return true;
+}
+
 int policy_stream_role(const struct policy *pol, const char *file, char *const argv[], int *fd)
 {
-	const char *split, *name, *script;
-	int ac = 0, idx, at = -1;
+	const char *name, *script;
+	char *const *av;
+	int ac, at = -1;
 	bool shell;
 
 	*fd = -1;
-	if (!pol->b->fetch_run || !argv || !argv[0])
+	if (!run_program(pol, file, argv, &av, &ac, &name))
 		return PS_NONE;
-	while (argv[ac])
-		ac++;
-	idx = pol_unwrap(argv, ac, &split);
-	if (idx < 0 || split)
-		return PS_NONE;
-	argv += idx;
-	ac -= idx;
-	name = pol_base(idx == 0 && file ? file : argv[0]);
 	if (pol_is_fetcher(pol, name)) {
 		*fd = 1;
 		return PS_FETCHER;
@@ -954,13 +999,13 @@ int policy_stream_role(const struct policy *pol, const char *file, char *const a
 	if (!pol_is_interpreter(pol, name))
 		return PS_NONE;
 	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
-	if (code_arg(argv, ac, shell, &at))
+	if (code_arg(av, ac, shell, &at))
 		return PS_NONE;
-	if (reads_stdin(argv, ac)) {
+	if (reads_stdin(av, ac)) {
 		*fd = 0;
 		return PS_RUNS;
 	}
-	script = script_arg(argv, ac, &at);
+	script = script_arg(av, ac, &at);
 	if (script && stdin_path(script)) {
 		*fd = 0;
 		return PS_RUNS;
@@ -976,4 +1021,20 @@ int policy_stream_role(const struct policy *pol, const char *file, char *const a
 		}
 	}
 	return PS_NONE;
+}
+
+const char *policy_script_of(const struct policy *pol, const char *file, char *const argv[])
+{
+	const char *name, *script;
+	char *const *av;
+	int ac, at = -1;
+
+	if (!run_program(pol, file, argv, &av, &ac, &name) || !pol_is_interpreter(pol, name) ||
+	    code_arg(av, ac, glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false),
+		     &at) ||
+	    reads_stdin(av, ac))
+		return NULL;
+	script = script_arg(av, ac, &at);
+	return script && !stdin_path(script) && strncmp(script, "/dev/fd/", 8) && strncmp(script, "/proc/self/fd/", 14)
+		       ? script : NULL;
 }

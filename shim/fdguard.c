@@ -48,6 +48,7 @@ HOT EXPORT int close(int fd)
 		return -1;
 	}
 	fdcache_drop(fd);
+	fetched_closing(fd);
 	return REAL(close)(fd);
 }
 
@@ -123,8 +124,11 @@ EXPORT int closedir(DIR *d)
 
 EXPORT int fclose(FILE *f)
 {
-	if (f)
-		fdcache_drop(fileno_unlocked(f));
+	if (f) {
+		int fd = fileno_unlocked(f);
+		fdcache_drop(fd);
+		fetched_closing(fd);
+	}
 	return REAL(fclose)(f);
 }
 

@@ -531,21 +531,49 @@ static bool refused_only_inside(const char *file, char *const argv[], const char
 	return policy_exec(pol, file, cut, shim_getenv("PATH"), &w) != PV_DENY;
 }
 
+/* Refuse the exec of FILE (ARGV) that runs WHAT, which the fetcher BY
+ * wrote (fetched.c). */
+static int refuse_fetched(const char *file, char *const argv[], const char *what, const char *by)
+{
+	char why[PATH_MAX + 96];
+
+	snprintf(why, sizeof(why), "fetch-and-run: %s was fetched from the network (by %s)", what, by);
+	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
+}
+
+/* The base name of the program FILE (ARGV[0]) runs. */
+static const char *pol_name(const char *file, char *const argv[])
+{
+	const char *p = file ? file : argv[0], *b = strrchr(p, '/');
+
+	return b ? b + 1 : p;
+}
+
 /* A pipeline seen one process at a time (`$(command -v curl) URL | sh`,
  * `c=curl; $c URL | bash`, a pipeline of the session's root): a fetcher
  * whose standard output is a pipe leaves the pipe's inode in the session's
  * table of fetched pipes, an interpreter reading its program from a pipe in
  * the table of run pipes; each then looks for the pipe in the other table.
  * The two execs race, and whichever comes second finds the first: the
- * fetcher or the interpreter is refused, and nothing fetched runs. */
+ * fetcher or the interpreter is refused, and nothing fetched runs. A
+ * regular file there is a download (marked: fetched.c) or may be one. */
 static int guard_stream(const char *file, char *const argv[])
 {
 	struct stat st;
 	uint64_t *mine, *theirs;
+	char by[32];
 	int fd, role = policy_stream_role(pol, file, argv, &fd);
 
-	if (role == PS_NONE || fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode) ||
-	    (!shim.session_open && shim_segment(&(struct jseg *){ NULL })))
+	if (role == PS_NONE || fstat(fd, &st) < 0)
+		return 0;
+	if (S_ISREG(st.st_mode)) {      /* curl URL > i.sh; sh < i.sh */
+		if (role == PS_FETCHER)
+			fetched_stdout(pol_name(file, argv));
+		else if (fetched_marked(NULL, fd, by))
+			return refuse_fetched(file, argv, "its program", by);
+		return 0;
+	}
+	if (!S_ISFIFO(st.st_mode) || (!shim.session_open && shim_segment(&(struct jseg *){ NULL })))
 		return 0;
 	mine = (uint64_t *)(void *)((char *)shim.s.ctr + (role == PS_FETCHER ? JL_FETCH_PIPES_AT : JL_RUN_PIPES_AT));
 	theirs = (uint64_t *)(void *)((char *)shim.s.ctr + (role == PS_FETCHER ? JL_RUN_PIPES_AT : JL_FETCH_PIPES_AT));
@@ -555,6 +583,26 @@ static int guard_stream(const char *file, char *const argv[])
 	return refuse("exec", file ? file : argv[0], NULL, argv,
 		      role == PS_FETCHER ? "fetch-and-run: an interpreter runs what this fetcher writes to it"
 					 : "fetch-and-run: code fetched from the network is run by an interpreter", EPERM);
+}
+
+/* A download a fetcher marked (fetched.c), run as the program itself or as
+ * an interpreter's script: refused however many tool calls ago it came. */
+static int guard_fetched(const char *file, char *const argv[])
+{
+	const char *prog = file ? file : argv[0], *script;
+	char by[32];
+
+	if (prog && strchr(prog, '/') && policy_fetch_run(pol) && fetched_marked(prog, -1, by))
+		return refuse_fetched(file, argv, prog, by);
+	if ((script = policy_script_of(pol, file, argv)) && fetched_marked(script, -1, by))
+		return refuse_fetched(file, argv, script, by);
+	return 0;
+}
+
+HIDDEN bool guard_fetcher(const char *name)
+{
+	ready();
+	return mode != PM_OFF && policy_fetcher(pol, name);
 }
 
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
@@ -578,7 +626,7 @@ HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
 	if (policy_exec_stat(pol, file, argv, shim_getenv("PATH"), &why, &st) != PV_DENY ||
 	    refused_only_inside(file, argv, why)) {
 		int err = guard_stream(file, argv);
-		if (err)
+		if (err || (err = guard_fetched(file, argv)))
 			return err;
 		return mode == PM_ENFORCE ? opaque_exec_known(pol, file, argv, &st) : 0;
 	}

@@ -230,6 +230,19 @@ HIDDEN int guard_device_node(const char *p); /* mknod of a device: refused */
 /* FILE: the program as the exec names it; SEARCH: looked up through PATH
  * when it has no slash (execvp, posix_spawnp), not argv[0]. */
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[]);
+HIDDEN bool guard_fetcher(const char *name);  /* NAME (a base name) is a fetcher */
+/* fetched.c: the mark a fetcher leaves on what it writes */
+HIDDEN extern int fetched_self;        /* this program is a fetcher: 1; not: 0; not known yet: -1 */
+HIDDEN void fetched_close_slow(int fd);
+/* (inline: every close asks, and nearly every process is no fetcher) */
+static inline void fetched_closing(int fd)
+{
+	if (__builtin_expect(fetched_self != 0, 0))
+		fetched_close_slow(fd);
+}
+HIDDEN void fetched_stdout(const char *name);
+HIDDEN void fetched_exit(void);
+HIDDEN bool fetched_marked(const char *path, int fd, char by[32]);
 HIDDEN int guard_unnamed(const char *op, const char *p);
 HIDDEN int guard_signal(pid_t target, int sig);
 HIDDEN int guard_process(pid_t target, const char *op);
