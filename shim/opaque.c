@@ -270,7 +270,31 @@ static bool allow_beneath(int rs, const char *dir, uint64_t access)
  * shim's path rules keep the rest of HOME closed to every program it sees
  * into. A program it cannot see into gets its own domain at its exec, from
  * the roots that exist then, with no such widening. */
-static void allow_missing_root(int rs, const char *root, uint64_t access)
+/* The ancestors a ruleset's build opened for missing roots already (the
+ * default's missing roots under HOME lead to HOME or ~/.local a dozen
+ * times: one rule each is enough). */
+struct seen_dirs {
+	unsigned n;
+	char dir[8][128];
+};
+
+/* Whether DIR is in SEEN; remembered if not. A directory whose open failed
+ * is remembered too: the walk that failed there went on up to one that a
+ * rule covers it with. */
+static bool ancestor_seen(struct seen_dirs *seen, const char *dir)
+{
+	size_t len = strlen(dir);
+
+	if (len >= sizeof(seen->dir[0]))
+		return false;
+	for (unsigned i = 0; i < seen->n && i < 8; i++)
+		if (!strcmp(seen->dir[i], dir))
+			return true;
+	memcpy(seen->dir[seen->n++ % 8], dir, len + 1);
+	return false;
+}
+
+static void allow_missing_root(int rs, const char *root, uint64_t access, struct seen_dirs *seen)
 {
 	const char *home = shim_getenv("HOME");
 	size_t hn = home ? strlen(home) : 0;
@@ -285,7 +309,7 @@ static void allow_missing_root(int rs, const char *root, uint64_t access)
 	strcpy(dir, root);
 	while ((slash = strrchr(dir, '/')) && (size_t)(slash - dir) >= hn) {
 		*slash = 0;
-		if (allow_beneath(rs, dir, access))
+		if (ancestor_seen(seen, dir) || allow_beneath(rs, dir, access))
 			return;
 	}
 }
@@ -448,9 +472,10 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 		return false;
 	roots = attr.fs & ~(uint64_t)(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK);
 	dev = attr.fs & (LANDLOCK_ACCESS_FS_WRITE_FILE | LL_IOCTL_DEV);
+	struct seen_dirs seen = { 0 };
 	for (size_t i = 0; policy_root(pol, i); i++)
 		if (!allow_beneath(rs, policy_root(pol, i), roots) && journal && errno == ENOENT)
-			allow_missing_root(rs, policy_root(pol, i), roots);
+			allow_missing_root(rs, policy_root(pol, i), roots, &seen);
 	if (journal)
 		allow_beneath(rs, journal, roots);
 	/* the terminals, /dev/null and the accelerators, /dev/shm, and a
