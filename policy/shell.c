@@ -574,17 +574,34 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 		if (strcmp(base_of(av[k]), "xargs"))
 			continue;
 		xargs = true;
-		/* xargs -a FILE reads its lines from FILE: fed when fetched */
-		for (int j = k + 1; j < idx && av[j][0] == '-'; j++) {
+		/* xargs -a FILE reads its lines from FILE: fed when fetched
+		 * (-aFILE, -ra FILE, -I {} -a FILE: the options that take an
+		 * argument are stepped over with it) */
+		for (int j = k + 1; j < idx; j++) {
 			const char *a = av[j], *f = NULL;
-			int at_word = j;
-			if (!strcmp(a, "-a") || !strcmp(a, "--arg-file"))
-				f = j + 1 < idx ? av[at_word = j + 1] : NULL;
-			else if (!strncmp(a, "--arg-file=", 11))
-				f = a + 11;
-			else if (a[1] == 'a' && a[2])
-				f = a + 2;
-			if (f && (wf[at_word] || fetched_file(p, f) || refs_var(p, f)))
+			int at = j;
+			if (a[0] != '-' || !a[1])
+				continue;
+			if (a[1] == '-') {
+				if (!strncmp(a, "--arg-file=", 11))
+					f = a + 11;
+				else if (!strcmp(a, "--arg-file") && j + 1 < idx)
+					f = av[at = ++j];
+			} else {
+				for (const char *c = a + 1; *c; c++) {
+					if (*c == 'a') {
+						f = c[1] ? c + 1 : j + 1 < idx ? av[at = ++j] : NULL;
+						break;
+					}
+					if (strchr("dEILnPs", *c)) {    /* its argument: the rest, or the next word */
+						j += !c[1];
+						break;
+					}
+					if (strchr("eil", *c))          /* an optional argument, attached */
+						break;
+				}
+			}
+			if (f && (wf[at] || fetched_file(p, f) || refs_var(p, f)))
 				fed = true;
 		}
 	}
@@ -595,10 +612,22 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 	if (on && fed && !strcmp(name, "script")) {
 		const char *cmd = NULL, *why = NULL;
 		for (int k = 1; k < ac && !cmd; k++) {
-			if (!strncmp(av[k], "--command=", 10))
-				cmd = av[k] + 10;
-			else if (!strcmp(av[k], "--command") || (av[k][0] == '-' && av[k][1] != '-' && strchr(av[k], 'c')))
+			const char *a = av[k];
+			if (!strncmp(a, "--command=", 10))
+				cmd = a + 10;
+			else if (!strcmp(a, "--command"))
 				cmd = k + 1 < ac ? av[k + 1] : "";
+			else if (a[0] == '-' && a[1] && a[1] != '-')
+				for (const char *c = a + 1; *c; c++) {
+					if (*c == 'c') {        /* -qc CMD, -qcCMD */
+						cmd = c[1] ? c + 1 : k + 1 < ac ? av[k + 1] : "";
+						break;
+					}
+					if (strchr("EIOBTm", *c)) {
+						k += !c[1];
+						break;
+					}
+				}
 		}
 		if (!cmd || shell_in(p->pol, cmd, strlen(cmd), p->path_value, p->depth + 1, &why, NULL, true) == PV_DENY)
 			deny(p, why ? why : fetch_why);

@@ -3,10 +3,10 @@
  * this process's segment, all at or above a high floor) alive through a
  * program's close, dup2, dup3, close_range and closefrom: a close of one of
  * ours fails with EBADF as if it were not open, a dup onto one moves ours
- * out of the way first, and a range close skips ours. Every call that
- * closes or replaces a descriptor, glibc's own closes inside libc among
- * them (closedir, fclose, fcloseall, daemon, login_tty), drops its path
- * from the descriptor cache (path.c), which trusts its entries unchecked.
+ * out of the way first, and a range close skips ours. The calls that close
+ * or replace a descriptor, glibc's own closes inside libc among them
+ * (closedir, fclose, fcloseall, daemon, login_tty), drop its path from the
+ * descriptor cache (path.c), which still checks an entry before each use.
  */
 #include <dirent.h>
 #include <stdarg.h>

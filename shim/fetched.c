@@ -3,8 +3,8 @@
  * attribute: a file a fetcher ([fetch-and-run] fetchers: curl, wget ...)
  * writes gets the extended attribute user.ftsbx.fetched (the fetcher's
  * name) as it closes the file, and so does a regular file that a fetcher's
- * standard output is redirected to (curl URL > i.sh), when the fetcher
- * starts and again when it exits. An exec that would
+ * standard output is redirected to (curl URL > i.sh) when the fetcher
+ * exits, if it grew. An exec that would
  * run a marked file is refused as fetch-and-run (guard.c): the file as the
  * program (chmod +x i.sh; ./i.sh), as an interpreter's script (bash i.sh,
  * python3 get.py) or as its standard input (sh < i.sh). The mark goes with
@@ -29,80 +29,87 @@
  * child runs the same program; an exec starts again at -1. */
 HIDDEN int fetched_self = -1;
 static char fetcher_name[32];
+static off_t stdout_then = -1;  /* its standard output's size when it was known as one */
+
+/* The program's name as the exec named it (a script's own, for a
+ * stand-in), else as the kernel found it (a symlink to curl): a fetcher's? */
+static bool named_fetcher(const char *p)
+{
+	const char *base = p ? strrchr(p, '/') : NULL;
+
+	base = base ? base + 1 : p;
+	if (!base || !guard_fetcher(base))
+		return false;
+	size_t n = strnlen(base, sizeof(fetcher_name) - 1);
+	memcpy(fetcher_name, base, n);
+	fetcher_name[n] = 0;
+	return true;
+}
 
 static bool is_fetcher(void)
 {
 	if (__builtin_expect(fetched_self < 0, 0)) {
-		const char *fn = (const char *)getauxval(AT_EXECFN), *base = fn ? strrchr(fn, '/') : NULL;
-		base = base ? base + 1 : fn;
+		char exe[PATH_MAX];
+		ssize_t n;
+		struct stat st;
+
 		fetched_self = 0;       /* a close while the policy is read is not a download */
-		if (base && guard_fetcher(base)) {
-			snprintf(fetcher_name, sizeof(fetcher_name), "%s", base);
-			fetched_self = 1;
+		if (!named_fetcher((const char *)getauxval(AT_EXECFN))) {
+			n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+			if (n <= 0)
+				return false;
+			exe[n] = 0;
+			if (!named_fetcher(exe))
+				return false;
 		}
+		if (fstat(1, &st) == 0 && S_ISREG(st.st_mode))
+			stdout_then = st.st_size;
+		fetched_self = 1;
 	}
 	return fetched_self;
 }
 
-/* Mark FD, written by NAME, if it is a regular file opened to write:
- * through the shim's fsetxattr (a hook, which journals the change), or
- * from inside a hook (the exec's), with its pre-image journaled here. */
-static void mark(int fd, const char *name, bool in_hook)
+/* Mark FD, written by the fetcher, if it is a regular file opened to
+ * write, through the shim's fsetxattr (a hook: it journals the change). */
+static void mark(int fd)
 {
 	struct stat st;
-	int fl = fcntl(fd, F_GETFL), err;
+	int fl = fcntl(fd, F_GETFL);
 
-	if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return;
-	if (!in_hook) {
-		(void)fsetxattr(fd, MARK, name, strlen(name), 0);
-		return;
-	}
-	/* made or truncated for the fetcher: its pre-image is in the journal;
-	 * appended to: its metadata now (a vfork child writes no record) */
-	if (fl & O_APPEND) {
-		if (txn_vfork_child())
-			return;
-		err = pre_fd(fd, JC_META);
-		shim_unlock();
-		if (err)
-			return;
-	}
-	(void)REAL(fsetxattr)(fd, MARK, name, strlen(name), 0);
+	if (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+		(void)fsetxattr(fd, MARK, fetcher_name, strlen(fetcher_name), 0);
 }
 
 /* FD is about to be closed (close, fclose) in a process that may be a
  * fetcher (shim.h's fetched_closing asks): what it wrote there is a
- * download. */
+ * download. Not the shim's own closes (of the journal's files). */
 HIDDEN void fetched_close_slow(int fd)
 {
-	if (fd >= 0 && shim_ready && is_fetcher()) {
+	if (fd >= 0 && shim_ready && !shim_busy && is_fetcher()) {
 		int e = errno;
-		mark(fd, fetcher_name, false);
+		mark(fd);
 		errno = e;
 	}
 }
 
-/* A fetcher NAME is about to be run with its standard output on this
- * process's descriptor 1. */
-HIDDEN void fetched_stdout(const char *name)
-{
-	int e = errno;
-
-	mark(1, name, true);
-	errno = e;
-}
-
-/* This process exits: a fetcher (known as one by a close before) marks
- * what its standard output went to, appended to as well (curl URL >>
- * i.sh). Others are not asked now: the policy is not read for that. */
+/* This process exits (a process known as no fetcher is not asked): a
+ * fetcher marks the regular file its standard output went to (curl URL >
+ * i.sh, >> too) if that grew meanwhile: `(echo a; curl -o f URL) > s.sh`
+ * fetched nothing into s.sh. The shim's own closes that follow mark
+ * nothing. */
 HIDDEN void fetched_exit(void)
 {
-	if (fetched_self == 1 && shim_ready) {
-		int e = errno;
-		mark(1, fetcher_name, false);
-		errno = e;
+	struct stat st;
+	off_t was;
+	int e = errno;
+
+	if (shim_ready && !shim_busy && fstat(1, &st) == 0 && S_ISREG(st.st_mode)) {
+		was = fetched_self == 1 ? stdout_then : -1;
+		if (is_fetcher() && st.st_size > (was < 0 ? 0 : was))
+			mark(1);
 	}
+	fetched_self = 0;
+	errno = e;
 }
 
 /* Whether PATH (FD when PATH is NULL) is marked; BY: who fetched it. */

@@ -541,14 +541,6 @@ static int refuse_fetched(const char *file, char *const argv[], const char *what
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }
 
-/* The base name of the program FILE (ARGV[0]) runs. */
-static const char *pol_name(const char *file, char *const argv[])
-{
-	const char *p = file ? file : argv[0], *b = strrchr(p, '/');
-
-	return b ? b + 1 : p;
-}
-
 /* A pipeline seen one process at a time (`$(command -v curl) URL | sh`,
  * `c=curl; $c URL | bash`, a pipeline of the session's root): a fetcher
  * whose standard output is a pipe leaves the pipe's inode in the session's
@@ -566,10 +558,8 @@ static int guard_stream(const char *file, char *const argv[])
 
 	if (role == PS_NONE || fstat(fd, &st) < 0)
 		return 0;
-	if (S_ISREG(st.st_mode)) {      /* curl URL > i.sh; sh < i.sh */
-		if (role == PS_FETCHER)
-			fetched_stdout(pol_name(file, argv));
-		else if (fetched_marked(NULL, fd, by))
+	if (S_ISREG(st.st_mode)) {      /* sh < i.sh (curl URL > i.sh: fetched.c) */
+		if (role == PS_RUNS && fetched_marked(NULL, fd, by))
 			return refuse_fetched(file, argv, "its program", by);
 		return 0;
 	}

@@ -240,7 +240,6 @@ static inline void fetched_closing(int fd)
 	if (__builtin_expect(fetched_self != 0, 0))
 		fetched_close_slow(fd);
 }
-HIDDEN void fetched_stdout(const char *name);
 HIDDEN void fetched_exit(void);
 HIDDEN bool fetched_marked(const char *path, int fd, char by[32]);
 HIDDEN int guard_unnamed(const char *op, const char *p);

@@ -346,10 +346,10 @@ __attribute__((destructor)) static void shim_dtor(void)
 {
 	/* (seg_open first: a process that wrote nothing runs no code beyond
 	 * the start of the text at its exit either) */
-	if (shim_ready && shim.seg_open && !txn_vfork_child()) {
+	if (fetched_self != 0 && !txn_vfork_child())
 		fetched_exit();
+	if (shim_ready && shim.seg_open && !txn_vfork_child())
 		shim_segment_release();
-	}
 }
 
 HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,

@@ -14,16 +14,17 @@ from test_shim_lib import Shim
 
 URL = "https://example.invalid/install.sh"
 
-STANDIN_CURL = """#!/bin/sh
+STANDIN_CURL = """#!/usr/bin/python3
 # curl's stand-in: prints (or writes to -o FILE) a script that leaves ran.marker
-out=
-while [ $# -gt 0 ]; do
-    case "$1" in -o) out=$2; shift ;; esac
-    shift
-done
-if [ -n "$out" ]; then echo 'touch ran.marker' > "$out"; else echo 'touch ran.marker'; fi
+import sys
+body = "touch ran.marker\\n"
+args = sys.argv[1:]
+if "-o" in args:
+    with open(args[args.index("-o") + 1], "w") as f:
+        f.write(body)
+else:
+    sys.stdout.write(body)
 """
-
 
 @pytest.fixture
 def shim(scratch):
@@ -107,3 +108,37 @@ def test_without_the_shim_the_stand_in_runs(shim):
     env = run_env(shim, preload=False)
     subprocess.run(["bash", "-c", f"curl -s {URL} -o i.sh && bash i.sh"], cwd=shim.ws, env=env, check=True)
     assert shim.exists("ran.marker")
+
+
+def test_fetcher_writing_elsewhere_marks_not_its_stdout(shim):
+    """A redirection the fetcher did not write into is no download: `(echo
+    ...; curl -o dep.txt URL) > setup.sh` fetched nothing into setup.sh."""
+    env = run_env(shim)
+    shim.sh(f"(echo 'touch ran.marker'; curl -s {URL} -o dep.txt; echo 'echo done') > setup.sh", env=env)
+    assert mark_of(shim, "setup.sh") is None and mark_of(shim, "dep.txt") == b"curl"
+    shim.sh("sh setup.sh", env=env)
+    assert shim.exists("ran.marker")
+
+
+def test_real_curl_through_a_symlink(shim):
+    """The real curl (a file:// URL: no network), run through a symlink of
+    another name: its download is marked and refused in the next call."""
+    src = os.path.join(shim.base, b"remote.sh")
+    with open(src, "w") as f:
+        f.write("touch ran.marker\n")
+    env = shim.env()
+    shim.sh(b"ln -s /usr/bin/curl dl && ./dl -s -o s1.sh file://" + src, env=env)
+    assert mark_of(shim, "s1.sh") == b"curl"
+    proc = shim.sh("bash s1.sh", rc=None, env=env, refusals_ok=True)
+    assert proc.returncode != 0 and b"s1.sh was fetched from the network (by curl)" in proc.stderr, proc.stderr
+    assert not shim.exists("ran.marker")
+
+
+def test_journal_files_carry_no_mark(shim):
+    """The fetcher's own journal segment and the session's files are the
+    shim's, not downloads."""
+    env = run_env(shim)
+    shim.sh(f"curl -s {URL} -o i.sh", env=env)
+    marked = [os.path.join(d, n) for d, _, fs in os.walk(shim.journal) for n in fs
+              if "user.ftsbx.fetched" in os.listxattr(os.path.join(d, n), follow_symlinks=False)]
+    assert marked == [] and mark_of(shim, "i.sh") == b"curl"

@@ -165,14 +165,16 @@ def test_host_dup2_onto_high_fds(shim):
 @pytest.mark.parametrize("mode", ["enforce", "audit"])
 def test_host_reuses_directory_numbers_closed_inside_libc(shim, mode):
     """closedir and fclose close inside libc, where no hook sees it; the
-    numbers come back for other directories and files (through dup, fopen
-    and opendir), and what is made, changed and removed through them is
-    journaled under the right paths. In audit mode opendir's and fopen's
+    numbers come back for other directories and files (through dup, fopen,
+    opendir and a plain open after pclose, which no hook sees), and what is
+    made, changed and removed through them is journaled under the right
+    paths. In audit mode opendir's and fopen's
     own opens are all that opens (no judging probe takes the number first
     and drops it on its close)."""
     exe = shim.gcc("fdreuse", "fdreuse.c")
     for rel, data in (("b/gone", b"g"), ("b/kept", b"k"), ("b/other", b"other"), ("c/x", b"x"),
-                      ("c/victim1", b"v1"), ("c/victim2", b"v2"), ("a/stays", b"a")):
+                      ("c/victim1", b"v1"), ("c/victim2", b"v2"), ("c/victim3", b"v3"), ("a/stays", b"a"),
+                      ("a/victim3", b"a3")):
         shim.write(rel, data)
 
     def check(_):
@@ -181,6 +183,7 @@ def test_host_reuses_directory_numbers_closed_inside_libc(shim, mode):
         assert os.readlink(shim.p("c/link-in-c")) == b"kept" and shim.exists("started")
         assert shim.read("b/other") == b"o" and os.stat(shim.p("b/other")).st_mode & 0o777 == 0o604
         assert not shim.exists("c/victim1") and not shim.exists("c/victim2") and shim.read("a/stays") == b"a"
+        assert not shim.exists("c/victim3") and shim.read("a/victim3") == b"a3"
     policy = os.path.join(shim.base, b"mode.ini")
     with open(policy, "w") as f:
         f.write(f"[policy]\nbase = default\nmode = {mode}\n")

@@ -11,10 +11,12 @@
  * the shim keeps closed by closedir, or by fclose of a stream fdopen made
  * on it, whose number opendir's own open then takes for C: what is removed
  * through dirfd() of that stream is C's (the shim's cache must not name A).
+ * Also closed by pclose of such a stream (no hook of its own: glibc's
+ * pclose is its fclose), the number then taken by a plain read-only open.
  *
  * usage: fdreuse A B C   (three directories; creates, changes and removes
  * entries in B and C through reused numbers, and B/kept and B/other
- * through a reused file number; removes C/victim1 and C/victim2)
+ * through a reused file number; removes C/victim1, C/victim2 and C/victim3)
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -123,6 +125,20 @@ int main(int argc, char **argv)
 		return 1;
 	if (fchdir(c2) < 0 || chdir("..") < 0 || remove_through_opendir(argv[1], argv[3], "victim1", 0) < 0 ||
 	    remove_through_opendir(argv[1], argv[3], "victim2", 1) < 0)
+		return 1;
+	int p = dir_fd(argv[1]), q;
+	FILE *pf = p >= 0 ? fdopen(p, "r") : NULL;
+	if (!pf)
+		return 1;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-dealloc"
+	(void)pclose(pf);       /* on purpose: glibc's pclose closes any stream */
+#pragma GCC diagnostic pop
+	if ((q = open(argv[3], O_RDONLY)) != p) {
+		fprintf(stderr, "fdreuse: open did not take the freed %d\n", p);
+		return 1;
+	}
+	if (unlinkat(q, "victim3", 0) < 0 || close(q) < 0)
 		return 1;
 	return close(b2) || close(c2) || close(c);
 }
