@@ -69,6 +69,11 @@ static bool is_fetcher(void)
 	return fetched_self;
 }
 
+/* Set around the shim's own fsetxattr of the mark. Volatile: glibc
+ * declares fsetxattr a leaf, which lets the compiler drop stores it
+ * thinks nothing there can see; the hook it reaches does. */
+static __thread volatile bool marking __attribute__((tls_model("initial-exec")));
+
 /* Mark FD, written by the fetcher, if it is a regular file opened to
  * write, through the shim's fsetxattr (a hook: it journals the change). */
 static void mark(int fd)
@@ -76,8 +81,19 @@ static void mark(int fd)
 	struct stat st;
 	int fl = fcntl(fd, F_GETFL);
 
-	if (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY && fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+	if (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		marking = true;
 		(void)fsetxattr(fd, MARK, fetcher_name, strlen(fetcher_name), 0);
+		marking = false;
+	}
+}
+
+/* A program's setxattr or removexattr of NAME on PATH: the mark is the
+ * shim's (setfattr -x would make a download runnable). 0, or the errno
+ * that refuses. */
+HIDDEN int fetched_xattr(const char *path, const char *name)
+{
+	return marking || !name || strcmp(name, MARK) ? 0 : guard_mark(path);
 }
 
 /* FD is about to be closed (close, fclose) in a process that may be a

@@ -589,6 +589,14 @@ static int guard_fetched(const char *file, char *const argv[])
 	return 0;
 }
 
+HIDDEN int guard_mark(const char *p)
+{
+	ready();
+	if (mode == PM_OFF || !policy_fetch_run(pol))
+		return 0;
+	return refuse("xattr", p, NULL, NULL, "fetch-and-run: the mark of a download is the shim's to make", EPERM);
+}
+
 HIDDEN bool guard_fetcher(const char *name)
 {
 	ready();

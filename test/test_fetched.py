@@ -142,3 +142,20 @@ def test_journal_files_carry_no_mark(shim):
     marked = [os.path.join(d, n) for d, _, fs in os.walk(shim.journal) for n in fs
               if "user.ftsbx.fetched" in os.listxattr(os.path.join(d, n), follow_symlinks=False)]
     assert marked == [] and mark_of(shim, "i.sh") == b"curl"
+
+
+def test_the_mark_cannot_be_taken_off(shim):
+    """setfattr -x, or a program's removexattr or setxattr of the mark, is
+    refused: the download stays unrunnable."""
+    env = run_env(shim)
+    shim.sh(f"curl -s {URL} -o i.sh", env=env)
+    for script in ("setfattr -x user.ftsbx.fetched i.sh",
+                   "python3 -c 'import os; os.removexattr(\"i.sh\", \"user.ftsbx.fetched\")'",
+                   "python3 -c 'import os; os.setxattr(\"i.sh\", \"user.ftsbx.fetched\", b\"\")'",
+                   "python3 -c 'import os; f = os.open(\"i.sh\", os.O_RDONLY); os.removexattr(f, \"user.ftsbx.fetched\")'"):
+        proc = shim.sh(script, rc=None, env=env, refusals_ok=True)
+        assert proc.returncode != 0 and b"the mark of a download is the shim's to make" in proc.stderr, \
+            (script, proc.stderr)
+        assert mark_of(shim, "i.sh") == b"curl"
+    proc = shim.sh("bash i.sh", rc=None, env=env, refusals_ok=True)
+    assert proc.returncode != 0 and not shim.exists("ran.marker")
