@@ -4,10 +4,11 @@
  * writes gets the extended attribute user.ftsbx.fetched (the fetcher's
  * name) as it closes the file, and so does a regular file that a fetcher's
  * standard output is redirected to (curl URL > i.sh) when the fetcher
- * exits, if it grew. An exec that would
- * run a marked file is refused as fetch-and-run (guard.c): the file as the
- * program (chmod +x i.sh; ./i.sh), as an interpreter's script (bash i.sh,
- * python3 get.py) or as its standard input (sh < i.sh). The mark goes with
+ * exits, if it grew. An exec that would run a marked file is refused as
+ * fetch-and-run (guard.c): the file as the program (chmod +x i.sh; ./i.sh),
+ * as an interpreter's script (bash i.sh, python3 get.py) or as its
+ * standard input (sh < i.sh); so is a program's change of the mark
+ * (setfattr -x). The mark goes with
  * the inode, through a rename and into later tool calls, which no look at
  * one command line sees: `curl -o i.sh URL` in one tool call, `bash i.sh`
  * in the next. Each mark is journaled as a change of the file's attributes
