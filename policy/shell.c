@@ -394,6 +394,13 @@ static bool code_runs(const char *code)
 	return false;
 }
 
+/* Whether the interpreter NAME (a base name) is a shell: its -c is code,
+ * its -o and -O take a value. */
+static bool is_shell_name(const char *name)
+{
+	return glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
+}
+
 /* The code of "INTERPRETER ... -c CODE" (-e, -E, php's -r; a shell's -c
  * string), its index in *AT; NULL if the program is a file or stdin. */
 static const char *code_arg(char *const av[], int ac, bool shell, int *at)
@@ -675,7 +682,7 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 		*fetcher |= fed;
 		return;
 	}
-	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
+	shell = is_shell_name(name);
 	code = code_arg(av, ac, shell, &at);
 	*sink = !code && reads_stdin(av, ac);
 	bool fetching = false;
@@ -1044,7 +1051,7 @@ int policy_stream_role(const struct policy *pol, const char *file, char *const a
 	}
 	if (!pol_is_interpreter(pol, name))
 		return PS_NONE;
-	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
+	shell = is_shell_name(name);
 	if (code_arg(av, ac, shell, &at))
 		return PS_NONE;
 	if (reads_stdin(av, ac)) {
@@ -1074,12 +1081,11 @@ const char *policy_script_of(const struct policy *pol, const char *file, char *c
 	const char *name, *script;
 	char *const *av;
 	int ac, at = -1;
-
 	bool shell;
 
 	if (!run_program(pol, file, argv, &av, &ac, &name) || !pol_is_interpreter(pol, name))
 		return NULL;
-	shell = glob_any("sh|bash|dash|zsh|ksh|mksh|ash|busybox|rbash|fish", name, strlen(name), false);
+	shell = is_shell_name(name);
 	if (code_arg(av, ac, shell, &at) || reads_stdin(av, ac))
 		return NULL;
 	script = script_arg(av, ac, shell, &at);

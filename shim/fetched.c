@@ -109,22 +109,18 @@ HIDDEN void fetched_close_slow(int fd)
 	}
 }
 
-/* This process exits (a process known as no fetcher is not asked): a
- * fetcher marks the regular file its standard output went to (curl URL >
- * i.sh, >> too) if that grew meanwhile: `(echo a; curl -o f URL) > s.sh`
- * fetched nothing into s.sh. The shim's own closes that follow mark
- * nothing. */
+/* This process, known as a fetcher by a close before, exits: it marks the
+ * regular file its standard output went to (curl URL > i.sh, >> too) if
+ * that grew meanwhile: `(echo a; curl -o f URL) > s.sh` fetched nothing
+ * into s.sh. The shim's own closes that follow mark nothing. */
 HIDDEN void fetched_exit(void)
 {
 	struct stat st;
-	off_t was;
 	int e = errno;
 
-	if (shim_ready && !shim_busy && fstat(1, &st) == 0 && S_ISREG(st.st_mode)) {
-		was = fetched_self == 1 ? stdout_then : -1;
-		if (is_fetcher() && st.st_size > (was < 0 ? 0 : was))
-			mark(1);
-	}
+	if (shim_ready && !shim_busy && fstat(1, &st) == 0 && S_ISREG(st.st_mode) &&
+	    st.st_size > (stdout_then < 0 ? 0 : stdout_then))
+		mark(1);
 	fetched_self = 0;
 	errno = e;
 }

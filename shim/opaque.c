@@ -263,13 +263,6 @@ static bool allow_beneath(int rs, const char *dir, uint64_t access)
 	return true;
 }
 
-/* A rule binds to a directory that exists now. A root that does not yet
- * (~/.npm, ~/.cache, ~/.local/lib in a new HOME) would stay closed to the
- * whole session: the session's own domain opens its nearest existing
- * ancestor instead, when that lies in HOME (not HOME's parents), and the
- * shim's path rules keep the rest of HOME closed to every program it sees
- * into. A program it cannot see into gets its own domain at its exec, from
- * the roots that exist then, with no such widening. */
 /* The ancestors a ruleset's build opened for missing roots already (the
  * default's missing roots under HOME lead to HOME or ~/.local a dozen
  * times: one rule each is enough). */
@@ -294,6 +287,13 @@ static bool ancestor_seen(struct seen_dirs *seen, const char *dir)
 	return false;
 }
 
+/* A rule binds to a directory that exists now. A root that does not yet
+ * (~/.npm, ~/.cache, ~/.local/lib in a new HOME) would stay closed to the
+ * whole session: the session's own domain opens its nearest existing
+ * ancestor instead, when that lies in HOME (not HOME's parents), and the
+ * shim's path rules keep the rest of HOME closed to every program it sees
+ * into. A program it cannot see into gets its own domain at its exec, from
+ * the roots that exist then, with no such widening. */
 static void allow_missing_root(int rs, const char *root, uint64_t access, struct seen_dirs *seen)
 {
 	const char *home = shim_getenv("HOME");
