@@ -537,8 +537,25 @@ const char *const policy_devices[] = {
 	NULL,
 };
 
+/* A virtual console (tty0 ... tty63): the machine's screens, never the
+ * session's terminal (that is /dev/tty, a pts, or a serial line) unless the
+ * agent runs at one: then it keeps its descriptors, and /dev/tty names it. A
+ * write there draws on a login's screen, its ioctls switch consoles or type
+ * into them; and its 64 names were 2/3 of the session's Landlock rules. */
+static bool virtual_console(const char *name)
+{
+	if (strncmp(name, "tty", 3) || !name[3])
+		return false;
+	for (name += 3; *name; name++)
+		if (*name < '0' || *name > '9')
+			return false;
+	return true;
+}
+
 bool policy_device_ok(const char *name)
 {
+	if (virtual_console(name))
+		return false;
 	for (const char *const *d = policy_devices; *d; d++) {
 		size_t n = strlen(*d);
 		if ((*d)[n - 1] == '*' ? !strncmp(name, *d, n - 1) && !strchr(name + n - 1, '/')

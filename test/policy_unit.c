@@ -501,6 +501,14 @@ static void test_devices(void **state)
 	(void)state;
 	assert_int_equal(path(pol, "/dev/null", true), PV_UNTRACKED);
 	assert_int_equal(policy_path_typed(pol, "/dev/pts/3", true, S_IFCHR, &why), PV_UNTRACKED);
+	/* the terminals, but not the machine's virtual consoles */
+	assert_int_equal(policy_path_typed(pol, "/dev/tty", true, S_IFCHR, &why), PV_UNTRACKED);
+	assert_int_equal(policy_path_typed(pol, "/dev/ttyS0", true, S_IFCHR, &why), PV_UNTRACKED);
+	assert_int_equal(policy_path_typed(pol, "/dev/ttyUSB0", true, S_IFCHR, &why), PV_UNTRACKED);
+	assert_int_equal(policy_path_typed(pol, "/dev/tty1", true, S_IFCHR, &why), PV_DENY);
+	assert_int_equal(policy_path_typed(pol, "/dev/tty63", true, S_IFCHR, &why), PV_DENY);
+	assert_int_equal(policy_path_typed(pol, "/dev/tty0", true, S_IFCHR, &why), PV_DENY);
+	assert_int_equal(policy_path_typed(pol, "/dev/tty1", false, S_IFCHR, &why), PV_ALLOW);
 	assert_int_equal(policy_path_typed(pol, "/dev/sda", true, S_IFBLK, &why), PV_DENY);
 	assert_string_equal(why, "writing a block device");
 	assert_int_equal(policy_path_typed(pol, "/w/ws/disk", true, S_IFBLK, &why), PV_DENY);
