@@ -707,10 +707,32 @@ EXPORT pid_t vfork(void)
 }
 #endif
 
+/* From txreplay rewind's output OUT (N bytes): whether its summary line
+ * ("rewound: U undone, A already, S skipped, D drift, F failed") counts
+ * anything at all. A failed call that changed nothing (grep with no match,
+ * a test run) had nothing to rewind, and its reaping says nothing. */
+static bool rewound_something(const char *out, size_t n)
+{
+	static const char tag[] = "rewound: ";
+	const char *p = NULL;
+
+	for (size_t i = 0; i + sizeof(tag) - 1 <= n; i++)
+		if ((i == 0 || out[i - 1] == '\n') && !memcmp(out + i, tag, sizeof(tag) - 1))
+			p = out + i + sizeof(tag) - 1;
+	if (!p)
+		return true;    /* no summary: say what happened */
+	for (; p < out + n && *p != '\n'; p++)
+		if (*p >= '1' && *p <= '9')
+			return true;
+	return false;
+}
+
 /* Run txreplay to rewind transaction TXN, unwrapped. */
 static void rewind_txn(uint32_t txn, int status, bool refused)
 {
-	char tx[PATH_MAX], num[16], line[PATH_MAX + 256];
+	char tx[PATH_MAX], num[16], line[PATH_MAX + 256], out[1024];
+	size_t got = 0;
+	int fds[2] = { -1, -1 };
 	const char *env_tx = shim_getenv("FTSBX_TXREPLAY");
 	char *env[512];
 	size_t k = 0;
@@ -740,16 +762,37 @@ static void rewind_txn(uint32_t txn, int status, bool refused)
 	sigemptyset(&chld);
 	sigaddset(&chld, SIGCHLD);
 	pthread_sigmask(SIG_BLOCK, &chld, &old);
-	/* spawned, not forked: a fork of a big agent costs its page tables */
+	/* spawned, not forked: a fork of a big agent costs its page tables;
+	 * its output read back for its summary line (the last kilobyte) */
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		fds[0] = fds[1] = -1;
 	if (posix_spawn_file_actions_init(&fa) ||
-	    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0) ||
+	    (fds[1] >= 0 ? posix_spawn_file_actions_adddup2(&fa, fds[1], 1)
+			 : posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0)) ||
 	    REAL(posix_spawn)(&pid, tx, &fa, NULL, argv, env))
 		pid = -1;
 	posix_spawn_file_actions_destroy(&fa);
+	if (fds[1] >= 0)
+		close(fds[1]);
+	for (ssize_t r; pid > 0 && fds[0] >= 0;) {
+		if (got == sizeof(out)) {       /* keep the last half */
+			memmove(out, out + sizeof(out) / 2, sizeof(out) / 2);
+			got = sizeof(out) / 2;
+		}
+		r = read(fds[0], out + got, sizeof(out) - got);
+		if (r > 0)
+			got += (size_t)r;
+		else if (r == 0 || errno != EINTR)
+			break;
+	}
+	if (fds[0] >= 0)
+		close(fds[0]);
 	if (pid > 0)
 		while (REAL(waitpid)(pid, &st, 0) < 0 && errno == EINTR)
 			;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && fds[0] >= 0 && !rewound_something(out, got))
+		return;
 	snprintf(line, sizeof(line), "ftsbx: tool call (transaction %u) %s %d%s: %s\n", txn,
 		 WIFSIGNALED(status) ? "killed by signal" : "exited with",
 		 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),

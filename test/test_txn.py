@@ -960,6 +960,29 @@ def test_a_daemon_child_journals_under_its_own_pid(tmp_path, first):
 
 
 @pytest.mark.parametrize("mode", ["vfork", "spawn"])
+def test_a_failed_call_that_changed_nothing_is_reaped_in_silence(tmp_path, mode):
+    """A failed tool call with nothing to rewind (grep without a match, the
+    commonest failure of an agent's loop) gets no line on the agent's
+    stderr; a failed one that changed a file gets its line and its rewind,
+    and the calls after see the clean tree."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    calls = [(None, ["/bin/grep", "-q", "no such text", "state.txt"]),
+             (None, ["/bin/bash", "-c", "exit 7"]),
+             (None, ["/bin/bash", "-c", "echo changed >> state.txt; rm -f a.txt; exit 2"]),
+             (None, ["/bin/grep", "-c", "zero", "state.txt"])]
+    r, codes, snaps = start_calls(tmp_path, ws, mode, calls)
+    assert codes == [1, 7, 2, 0], r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("ftsbx: tool call")]
+    rows = {row["argv"][-1]: row for row in txn_rows(tmp_path)}
+    changer = rows["echo changed >> state.txt; rm -f a.txt; exit 2"]
+    assert lines == [f"ftsbx: tool call (transaction {changer['txn']}) exited with 2: its changes were rewound"], \
+        r.stderr
+    for k in range(4):
+        assert_same(before, snaps[k], f"the tree after call {k}")
+
+
+@pytest.mark.parametrize("mode", ["vfork", "spawn"])
 def test_on_failure_refusal_rewinds_a_call_that_exits_0_after_a_refusal(tmp_path, mode):
     """[rewind] on_failure = refusal: a tool call one of whose processes the
     policy refused something is rewound though it exits 0; one with no
