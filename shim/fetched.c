@@ -7,8 +7,9 @@
  * exits, if it grew. An exec that would run a marked file is refused as
  * fetch-and-run (guard.c): the file as the program (chmod +x i.sh; ./i.sh),
  * as an interpreter's script (bash i.sh, python3 get.py) or as its
- * standard input (sh < i.sh); so is a program's change of the mark
- * (setfattr -x). The mark goes with
+ * standard input (sh < i.sh); so is a program's removal or change of the
+ * mark (setfattr -x), though not a copy's setting it anew (cp -a). The
+ * mark goes with
  * the inode, through a rename and into later tool calls, which no look at
  * one command line sees: `curl -o i.sh URL` in one tool call, `bash i.sh`
  * in the next. Each mark is journaled as a change of the file's attributes
@@ -89,12 +90,21 @@ static void mark(int fd)
 	}
 }
 
-/* A program's setxattr or removexattr of NAME on PATH: the mark is the
- * shim's (setfattr -x would make a download runnable). 0, or the errno
- * that refuses. */
-HIDDEN int fetched_xattr(const char *path, const char *name)
+/* A program's setxattr (SET) or removexattr of NAME on PATH (FD when PATH
+ * is NULL): 0, or the errno that refuses. Taking the mark off, or changing
+ * it, would make a download runnable (setfattr -x); putting it on a file
+ * that has none only makes that file unrunnable too, and is how a copy
+ * keeps it: cp -a, cp --preserve=xattr, mv to another filesystem, rsync -X,
+ * tar --xattrs. */
+HIDDEN int fetched_xattr(const char *path, int fd, const char *name, bool set)
 {
-	return marking || !name || strcmp(name, MARK) ? 0 : guard_mark(path);
+	char by[32];
+
+	if (marking || !name || strcmp(name, MARK))
+		return 0;
+	if (set && !fetched_marked(path, fd, by))
+		return 0;
+	return guard_mark(path ? path : "(descriptor)");
 }
 
 /* FD is about to be closed (close, fclose) in a process that may be a

@@ -594,7 +594,8 @@ HIDDEN int guard_mark(const char *p)
 	ready();
 	if (mode == PM_OFF || !policy_fetch_run(pol))
 		return 0;
-	return refuse("xattr", p, NULL, NULL, "fetch-and-run: the mark of a download is the shim's to make", EPERM);
+	return refuse("xattr", p, NULL, NULL, "fetch-and-run: the mark of a download is neither taken off nor changed",
+		      EPERM);
 }
 
 HIDDEN bool guard_fetcher(const char *name)

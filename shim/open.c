@@ -267,16 +267,18 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_chmod:
 	case SYS_chown:
 	case SYS_utime:
-	case SYS_utimes:
+	case SYS_utimes:     return pre_path(AT_FDCWD, S(0), JC_META, 1);
 	case SYS_setxattr:
-	case SYS_removexattr: return fetched_xattr(S(0), S(1)) ?: pre_path(AT_FDCWD, S(0), JC_META, 1);
-	case SYS_lchown:
+	case SYS_removexattr:
+		return fetched_xattr(S(0), -1, S(1), n == SYS_setxattr) ?: pre_path(AT_FDCWD, S(0), JC_META, 1);
+	case SYS_lchown:     return pre_path(AT_FDCWD, S(0), JC_META, 0);
 	case SYS_lsetxattr:
-	case SYS_lremovexattr: return fetched_xattr(S(0), S(1)) ?: pre_path(AT_FDCWD, S(0), JC_META, 0);
+	case SYS_lremovexattr:
+		return fetched_xattr(S(0), -1, S(1), n == SYS_lsetxattr) ?: pre_path(AT_FDCWD, S(0), JC_META, 0);
 	case SYS_fchmod:
-	case SYS_fchown:
+	case SYS_fchown:     return pre_fd(I(0), JC_META);
 	case SYS_fsetxattr:
-	case SYS_fremovexattr: return fetched_xattr("(descriptor)", S(1)) ?: pre_fd(I(0), JC_META);
+	case SYS_fremovexattr: return fetched_xattr(NULL, I(0), S(1), n == SYS_fsetxattr) ?: pre_fd(I(0), JC_META);
 	case SYS_fchmodat:   return pre_path(I(0), S(1), JC_META, 1);
 	case SYS_futimesat:  return pre_path(I(0), S(1), JC_META, 1);
 	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));

@@ -241,7 +241,7 @@ static inline void fetched_closing(int fd)
 		fetched_close_slow(fd);
 }
 HIDDEN void fetched_exit(void);
-HIDDEN int fetched_xattr(const char *path, const char *name);
+HIDDEN int fetched_xattr(const char *path, int fd, const char *name, bool set);
 HIDDEN int guard_mark(const char *path);     /* a change of the mark: refused */
 HIDDEN bool fetched_marked(const char *path, int fd, char by[32]);
 HIDDEN int guard_unnamed(const char *op, const char *p);

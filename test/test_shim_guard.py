@@ -352,6 +352,36 @@ print("own", libc.tgkill(own.pid, own.pid, signal.SIGKILL), own.wait())
         outside.wait()
 
 
+def test_raw_metadata_calls_through_syscall_are_journaled(shim):
+    """chmod, chown, lchown, utime, utimes, fchmod, fchown and the xattr
+    calls made raw through syscall() (ctypes): each one runs and is
+    journaled (the shim once read chmod's mode as an attribute's name, and
+    crashed), and the rewind gives back every mode, time and attribute."""
+    script = b"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("a.txt", os.O_RDONLY)
+d = os.open("src", os.O_RDONLY)
+uid, gid = os.getuid(), os.getgid()
+calls = [("chmod", 90, b"a.txt", 0o600), ("chown", 92, b"a.txt", uid, gid), ("lchown", 94, b"a.txt", uid, gid),
+         ("utime", 132, b"a.txt", None), ("utimes", 235, b"src", None), ("fchmod", 91, d, 0o700),
+         ("fchown", 93, fd, uid, gid), ("setxattr", 188, b"a.txt", b"user.t", b"v", 1, 0),
+         ("fsetxattr", 190, fd, b"user.u", b"w", 1, 0), ("removexattr", 197, b"a.txt", b"user.t"),
+         ("fremovexattr", 199, fd, b"user.u"), ("setxattr", 188, b"src", b"user.k", b"x", 1, 0)]
+for name, nr, *args in calls:
+    ctypes.set_errno(0)
+    print(name, libc.syscall(nr, *args), ctypes.get_errno())
+"""
+    shim.write("rawmeta.py", script)
+
+    def check(proc):
+        lines = proc.stdout.decode().split("\n")
+        assert [ln.split()[1:] for ln in lines if ln] == [["0", "0"]] * 12, proc
+        assert stat.S_IMODE(os.stat(shim.p("a.txt")).st_mode) == 0o600
+        assert os.getxattr(shim.p("src"), "user.k") == b"x"
+    shim.roundtrip(b"%s rawmeta.py" % PY.encode(), check)
+
+
 def test_a_signal_to_a_process_already_gone_is_not_refused(shim):
     """A pid whose process has exited and been reaped belongs to no one:
     kill, a process-group kill and pidfd_send_signal on a descriptor of a
