@@ -17,6 +17,15 @@
 #include <unistd.h>
 #include "shim.h"
 
+/* Calls newer than this system's headers (one number on every ABI) */
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452       /* Linux 6.6 */
+#endif
+#ifndef SYS_setxattrat
+#define SYS_setxattrat 463      /* Linux 6.13 */
+#define SYS_removexattrat 466
+#endif
+
 enum open_kind { K_OPEN, K_OPEN64, K_OPENAT, K_OPENAT64, K_OPEN_2, K_OPEN64_2, K_OPENAT_2, K_OPENAT64_2 };
 
 static int call_real_open(enum open_kind k, int d, const char *p, int f, mode_t m)
@@ -280,6 +289,11 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_fsetxattr:
 	case SYS_fremovexattr: return fetched_xattr(NULL, I(0), S(1), n == SYS_fsetxattr) ?: pre_fd(I(0), JC_META);
 	case SYS_fchmodat:   return pre_path(I(0), S(1), JC_META, 1);
+	case SYS_fchmodat2:  return pre_pathat(I(0), S(1), JC_META, I(3));
+	case SYS_setxattrat:
+	case SYS_removexattrat:         /* (dirfd, path, at_flags, name, ...) */
+		return fetched_xattr(I(0) == AT_FDCWD || (S(1) && S(1)[0] == '/') ? S(1) : NULL, -1, S(3),
+				     n == SYS_setxattrat) ?: pre_pathat(I(0), S(1), JC_META, I(2));
 	case SYS_futimesat:  return pre_path(I(0), S(1), JC_META, 1);
 	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));
 	case SYS_kill:       return guard_signal((pid_t)a[0], I(1));
