@@ -220,3 +220,32 @@ static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 	}
 FCNTL_HOOK(fcntl)
 FCNTL_HOOK(fcntl64)
+
+/* ioctl: only the requests that set a file's inode flags are judged
+ * (hooks.c, pre_ioctl); glibc's own ioctls (tcgetattr ...) do not come
+ * here. The third argument is passed on as a pointer, as glibc's is. */
+EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	void *arg;
+	struct hook_ctx c;
+	int err, r;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	shim_ensure();
+	if ((req & 0xff00ul) != 0x6600ul && (req & 0xff00ul) != 0x5800ul)  /* neither an 'f' nor an 'X' request */
+		return REAL(ioctl)(fd, req, arg);
+	if (!hook_enter(&c))
+		return REAL(ioctl)(fd, req, arg);
+	if ((err = pre_ioctl(fd, req, arg))) {
+		shim_unlock();
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	r = REAL(ioctl)(fd, req, arg);
+	shim_unlock();
+	return r;
+}

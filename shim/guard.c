@@ -598,6 +598,19 @@ HIDDEN int guard_mark(const char *p)
 		      EPERM);
 }
 
+HIDDEN int guard_inode_flags(int fd)
+{
+	char p[PATH_MAX];
+
+	ready();
+	if (mode == PM_OFF)
+		return 0;
+	if (path_fd(p, fd))
+		snprintf(p, sizeof(p), "(descriptor %d)", fd);
+	return refuse("ioctl", p, NULL, NULL, "[commands] file-attributes: an immutable or append-only file is one no "
+		      "rewind can write back", EPERM);
+}
+
 HIDDEN bool guard_fetcher(const char *name)
 {
 	ready();

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <sys/uio.h>
 #include "shim.h"
 
 /* Paths under these are not files a rewind could restore. */
@@ -572,6 +573,32 @@ HIDDEN int pre_setfl(int fd, int newfl)
 	if (old < 0 || !(old & O_APPEND) || (newfl & O_APPEND) || (old & O_ACCMODE) == O_RDONLY)
 		return 0;
 	return pre_fd(fd, JC_WRITE);
+}
+
+/* ioctl(FD, REQ, ARG) that sets a file's inode flags (chattr's calls):
+ * journaled as a change of its metadata, and refused outside the writable
+ * roots (Landlock has no right for it: the open it needs only reads). One
+ * that makes the file immutable or append-only is refused everywhere:
+ * no rewind writes such a file back (chattr is refused by name too). */
+#define FS_IOC32_SETFLAGS_ 0x40046602ul        /* _IOW('f', 2, int) */
+#define FS_IOC_SETFLAGS_   0x40086602ul        /* _IOW('f', 2, long) */
+#define FS_IOC_FSSETXATTR_ 0x401c5820ul        /* _IOW('X', 32, struct fsxattr) */
+HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg)
+{
+	uint32_t flags = 0;
+	struct iovec mine = { &flags, sizeof(flags) }, theirs = { (void *)arg, sizeof(flags) };
+	bool locks;
+
+	if (req != FS_IOC_SETFLAGS_ && req != FS_IOC32_SETFLAGS_ && req != FS_IOC_FSSETXATTR_)
+		return 0;
+	/* read as the kernel will: a bad pointer fails the call, not us */
+	if (arg && process_vm_readv(getpid(), &mine, 1, &theirs, 1, 0) == (ssize_t)sizeof(flags)) {
+		locks = req == FS_IOC_FSSETXATTR_ ? (flags & (0x8 | 0x10)) != 0 :     /* FS_XFLAG_IMMUTABLE, _APPEND */
+							(flags & (0x10 | 0x20)) != 0;     /* FS_IMMUTABLE_FL, FS_APPEND_FL */
+		if (locks)
+			return guard_inode_flags(fd);
+	}
+	return pre_fd(fd, JC_META);
 }
 
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX])

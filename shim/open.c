@@ -313,6 +313,7 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_bind:       return pre_bind((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
 	case SYS_io_uring_setup: return no_io_uring();
+	case SYS_ioctl:      return pre_ioctl(I(0), (unsigned long)a[1], (const void *)a[2]);
 	}
 	return 0;
 #undef S

@@ -144,6 +144,7 @@ HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags);
 HIDDEN int pre_fd(int fd, enum jcap_op op);
 HIDDEN int pre_setfl(int fd, int newfl);
+HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg);   /* inode flags */
 /* P is a descriptor's link (/proc/self/fd/N, /dev/fd/N) to REAL, a removed
  * file the journal keeps in objects/ (renamed there, hooks.c). */
 HIDDEN bool shim_fd_of_removed(const char *p, const char *real);
@@ -243,6 +244,7 @@ static inline void fetched_closing(int fd)
 HIDDEN void fetched_exit(void);
 HIDDEN int fetched_xattr(const char *path, int fd, const char *name, bool set);
 HIDDEN int guard_mark(const char *path);     /* a change of the mark: refused */
+HIDDEN int guard_inode_flags(int fd);        /* immutable, append-only: refused */
 HIDDEN bool fetched_marked(const char *path, int fd, char by[32]);
 HIDDEN int guard_unnamed(const char *op, const char *p);
 HIDDEN int guard_signal(pid_t target, int sig);

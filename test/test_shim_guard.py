@@ -392,6 +392,51 @@ for name, nr, *args in calls:
     shim.roundtrip(b"%s rawmeta.py" % PY.encode(), check)
 
 
+IOCTL_FLAGS = b"""
+import array, ctypes, errno, fcntl, os, sys
+GET, SET = 0x80086601, 0x40086602
+libc = ctypes.CDLL(None, use_errno=True)
+def flags(fd):
+    a = array.array("l", [0])
+    fcntl.ioctl(fd, GET, a, True)
+    return a[0]
+for path, add, raw in ((b"a.txt", 0x40, False), (b"a.txt", 0x10, False), (b"a.txt", 0x20, True),
+                       (b"src", 0x10, True)):
+    fd = os.open(path, os.O_RDONLY)
+    a = array.array("l", [flags(fd) | add])
+    if raw:
+        buf = (ctypes.c_long * 1)(a[0])
+        r = libc.syscall(16, fd, ctypes.c_ulong(SET), buf)
+        print(path.decode(), hex(add), "raw", r, errno.errorcode.get(ctypes.get_errno(), 0))
+    else:
+        try:
+            fcntl.ioctl(fd, SET, a, True)
+            print(path.decode(), hex(add), "ok")
+        except OSError as e:
+            print(path.decode(), hex(add), errno.errorcode[e.errno])
+    os.close(fd)
+"""
+
+
+def test_inode_flags_that_lock_a_file_are_refused(shim):
+    """chattr's ioctl (FS_IOC_SETFLAGS), from python's fcntl.ioctl and raw
+    through syscall(): immutable or append-only is refused with EPERM (no
+    rewind could write such a file back), on files and directories alike;
+    another flag (nodump) goes through, journaled."""
+    shim.write("flags.py", IOCTL_FLAGS)
+    try:
+        proc = shim.sh(b"%s flags.py" % PY.encode(), refusals_ok=True)
+    finally:                    # never leave a file the test's cleanup cannot remove
+        for rel in ("a.txt", "src"):
+            subprocess.run(["chattr", "-i", "-a", shim.p(rel)], capture_output=True)
+    assert proc.stdout.decode().split("\n")[:4] == [
+        "a.txt 0x40 ok", "a.txt 0x10 EPERM", "a.txt 0x20 raw -1 EPERM", "src 0x10 raw -1 EPERM"], proc
+    assert proc.stderr.count(b"an immutable or append-only file is one no rewind can write back") == 3, proc.stderr
+    lsattr = subprocess.run(["lsattr", "-d", shim.p("a.txt"), shim.p("src")], capture_output=True, text=True)
+    assert [ln.split()[0].count("i") + ln.split()[0].count("a") for ln in lsattr.stdout.splitlines()] == [0, 0], \
+        lsattr.stdout
+
+
 def test_a_signal_to_a_process_already_gone_is_not_refused(shim):
     """A pid whose process has exited and been reaped belongs to no one:
     kill, a process-group kill and pidfd_send_signal on a descriptor of a
