@@ -8,12 +8,14 @@
  * a look at the block's pages.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <netinet/in.h>
 #include "internal.h"
@@ -200,7 +202,7 @@ int policy_from_blob(struct policy *pol, const void *p, size_t n)
 		if (!entries_ok(h, t, p))
 			return -EINVAL;
 	if (!str_ok(h, h->workspace) || !str_ok(h, h->source) || !str_ok(h, h->fetchers) ||
-	    !str_ok(h, h->interpreters) || h->mode > PM_OFF || h->landlock > PL_REQUIRE)
+	    !str_ok(h, h->interpreters) || !str_ok(h, h->carriers) || h->mode > PM_OFF || h->landlock > PL_REQUIRE)
 		return -EINVAL;
 	memset(pol, 0, sizeof(*pol));
 	pol->b = h;
@@ -235,6 +237,7 @@ const char *policy_workspace(const struct policy *pol) { return pol_str(pol, pol
 const char *policy_source(const struct policy *pol) { return pol_str(pol, pol->b->source); }
 bool policy_fetch_run(const struct policy *pol) { return pol->b->fetch_run; }
 bool policy_fetcher(const struct policy *pol, const char *name) { return pol->b->fetch_run && pol_is_fetcher(pol, name); }
+bool policy_carrier(const struct policy *pol, const char *name) { return pol->b->fetch_run && pol_is_carrier(pol, name); }
 
 enum popaque policy_opaque(const struct policy *pol, enum popaque_kind kind)
 {
@@ -537,11 +540,11 @@ const char *const policy_devices[] = {
 	NULL,
 };
 
-/* A virtual console (tty0 ... tty63): the machine's screens, never the
+/* A virtual console (tty0 ... tty63): the machine's screens, not the
  * session's terminal (that is /dev/tty, a pts, or a serial line) unless the
- * agent runs at one: then it keeps its descriptors, and /dev/tty names it. A
- * write there draws on a login's screen, its ioctls switch consoles or type
- * into them; and its 64 names were 2/3 of the session's Landlock rules. */
+ * agent runs at one (policy_device_here). A write there draws on a login's
+ * screen, its ioctls switch consoles or type into them; and its 64 names
+ * were 2/3 of the session's Landlock rules. */
 static bool virtual_console(const char *name)
 {
 	if (strncmp(name, "tty", 3) || !name[3])
@@ -566,20 +569,46 @@ bool policy_device_ok(const char *name)
 	return false;
 }
 
+uint64_t policy_own_consoles(void)
+{
+	struct stat st;
+	uint64_t m = 0;
+
+	for (int fd = 0; fd <= 2; fd++)
+		if (fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 4 && minor(st.st_rdev) < 64)
+			m |= 1ull << minor(st.st_rdev);
+	return m;
+}
+
+int policy_console_number(const char *name)
+{
+	return virtual_console(name) && strlen(name) <= 5 && strtoul(name + 3, NULL, 10) < 64 ?
+	       (int)strtoul(name + 3, NULL, 10) : -1;
+}
+
+bool policy_device_here(const char *name)
+{
+	int n;
+
+	if (policy_device_ok(name))
+		return true;
+	return (n = policy_console_number(name)) >= 0 && (policy_own_consoles() >> n & 1);
+}
+
 /* A character device at ABS (under /dev, or a /proc/PID/fd link to one):
- * one of policy_devices. */
+ * one of policy_devices, or the virtual console this process runs at. */
 static bool device_ok(const char *abs, size_t n)
 {
 	char t[64];
 	ssize_t k;
 
 	if (under(abs, n, "/dev", 4))
-		return n > 5 && policy_device_ok(abs + 5);
+		return n > 5 && policy_device_here(abs + 5);
 	k = readlink(abs, t, sizeof(t) - 1);
 	if (k <= 5 || memcmp(t, "/dev/", 5))
 		return false;
 	t[k] = 0;
-	return policy_device_ok(t + 5);
+	return policy_device_here(t + 5);
 }
 
 /* A write past the journal and hidden checks: the rest of the rules. Apart

@@ -577,6 +577,13 @@ bool pol_is_fetcher(const struct policy *pol, const char *name)
 	return *list && glob_any(list, name, strlen(name), false);
 }
 
+bool pol_is_carrier(const struct policy *pol, const char *name)
+{
+	const char *list = pol_str(pol, pol->b->carriers);
+
+	return *list && glob_any(list, name, strlen(name), false);
+}
+
 /* --- the decision ----------------------------------------------------------- */
 
 static int count(char *const argv[])

@@ -17,7 +17,7 @@
 #include "policy.h"
 
 #define POL_MAGIC       0x4c4f5046u     /* "FPOL" */
-#define POL_VERSION     3u      /* 3: !TOKEN in command rules */
+#define POL_VERSION     4u      /* 3: !TOKEN in command rules; 4: carriers */
 
 /* The path tables: each is a sorted array of literal prefixes and an array
  * of glob patterns. */
@@ -55,7 +55,7 @@ struct pol_hdr {
 	uint8_t opaque[PO_KINDS];
 	uint8_t net_default, net_record, fetch_run, rewind_on;
 	uint32_t workspace, source;                     /* strings */
-	uint32_t fetchers, interpreters;                /* strings: "a|b|c" */
+	uint32_t fetchers, interpreters, carriers, unused;      /* strings: "a|b|c" */
 	uint32_t str_off, str_len;                      /* the string area */
 	struct pol_span tab[PT_COUNT];
 	/* Filters that keep a path check to a few instructions: a bloom
@@ -175,6 +175,7 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 		     const char **why);
 bool pol_is_interpreter(const struct policy *pol, const char *name);
 bool pol_is_fetcher(const struct policy *pol, const char *name);
+bool pol_is_carrier(const struct policy *pol, const char *name);
 const char *pol_base(const char *p);
 /* Skip the wrappers at the start of ARGV: the index of the innermost
  * program, or -1 for none (ionice -p, chrt -p ...); *SPLIT: an env -S

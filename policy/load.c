@@ -37,7 +37,7 @@ struct build {
 	char err[512];
 	struct pol_hdr h;
 	struct vec str, tab[PT_COUNT];
-	struct vec fetchers, interpreters;      /* "a|b|c" being built */
+	struct vec fetchers, interpreters, carriers;    /* "a|b|c" being built */
 	char workspace[PATH_MAX];
 	char file_buf[PATH_MAX];        /* the file an error is in, if a base */
 	int nesting;
@@ -593,6 +593,8 @@ static int handler(void *user, const char *section, const char *key, const char 
 			return add_names(b, &b->fetchers, value);
 		if (!strcmp(key, "interpreters"))
 			return add_names(b, &b->interpreters, value);
+		if (!strcmp(key, "carriers"))
+			return add_names(b, &b->carriers, value);
 	} else if (!strcmp(section, "network")) {
 		if (!strcmp(key, "allow") || !strcmp(key, "deny"))
 			return add_net(b, key, value);
@@ -765,6 +767,7 @@ static int finish(struct build *b, struct policy **out)
 		defaults(b);
 	b->h.fetchers = b->fetchers.len ? add_str(b, b->fetchers.p, b->fetchers.len) : 0;
 	b->h.interpreters = b->interpreters.len ? add_str(b, b->interpreters.p, b->interpreters.len) : 0;
+	b->h.carriers = b->carriers.len ? add_str(b, b->carriers.p, b->carriers.len) : 0;
 	b->h.workspace = add_cstr(b, b->workspace);
 	b->h.source = add_cstr(b, b->file);
 	if (b->err_line >= 0 || vec_add(&b->str, zero, 8 - b->str.len % 8))
@@ -838,6 +841,7 @@ static void done_build(struct build *b)
 	free(b->str.p);
 	free(b->fetchers.p);
 	free(b->interpreters.p);
+	free(b->carriers.p);
 	for (int t = 0; t < PT_COUNT; t++)
 		free(b->tab[t].p);
 }

@@ -153,6 +153,13 @@ enum pverdict policy_path(const struct policy *pol, const char *abs, bool write,
  */
 extern const char *const policy_devices[];
 bool policy_device_ok(const char *name);        /* NAME relative to /dev/ */
+bool policy_device_here(const char *name);      /* ... or the virtual console this process runs at */
+/* The virtual consoles (tty0 ... tty63: character major 4) the standard
+ * descriptors of this process are, as a mask of their numbers: the
+ * terminal the agent runs at, if it runs at one; and NAME's number, if it
+ * names one (-1). */
+uint64_t policy_own_consoles(void);
+int policy_console_number(const char *name);
 
 /*
  * An exec of FILE (the program execve is given; NULL: ARGV[0], resolved
@@ -182,6 +189,10 @@ const char *policy_script_of(const struct policy *pol, const char *file, char *c
 /* Whether the program named NAME (a base name) is one of [fetch-and-run]
  * fetchers, with fetch-and-run refused. */
 bool policy_fetcher(const struct policy *pol, const char *name);
+/* Whether NAME is one of [fetch-and-run] carriers (cp, tar, cat ...): a
+ * program that passes a download's bytes on into files of its own, which
+ * the shim marks as downloads too (shim/fetched.c). */
+bool policy_carrier(const struct policy *pol, const char *name);
 bool policy_fetch_run(const struct policy *pol);        /* fetch-and-run is refused */
 /* The same; *ST: the file the program (FILE, else ARGV[0]) leads to through
  * its symlinks when that names it by a path (has a '/'), as stat would

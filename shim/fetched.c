@@ -17,8 +17,19 @@
  * the journal already), so a rewind takes it away with the download.
  * Where the filesystem keeps no user xattrs no mark is made, and the
  * checks of whole command lines remain (policy/shell.c).
+ *
+ * A carrier ([fetch-and-run] carriers: cp, tar, cat, gunzip ...) passes a
+ * download's bytes on into files of its own, which get the mark too: a
+ * file it has open to write while it holds a marked file open to read
+ * (cp's copy, tar x's members, tar c's archive, gzip's output: only the
+ * copies of downloads in a `cp -r`) or while it reads its standard input
+ * from a marked file or from a pipe a fetcher writes (`curl URL | tar x`);
+ * its redirected standard output, if it read a download at all (`cat dl.sh
+ * > x.sh`). One fgetxattr per file it opens to read, in carriers only.
  */
+#include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/stat.h>
@@ -27,46 +38,83 @@
 
 #define MARK "user.ftsbx.fetched"
 
-/* Whether this process's program is a fetcher: -1 not known yet. A fork
- * child runs the same program; an exec starts again at -1. */
+/* Whether this process's program is a fetcher (1) or a carrier (2): -1
+ * not known yet. A fork child runs the same program; an exec starts again
+ * at -1. */
+enum { NEITHER, FETCHER, CARRIER };
 HIDDEN int fetched_self = -1;
-static char fetcher_name[32];
+static char fetcher_name[32];   /* a fetcher's own name; a carrier's source's mark */
 static off_t stdout_then = -1;  /* its standard output's size when it was known as one */
 
+/* A carrier's sources: the marked files it has open to read (a few: cp
+ * one, tar one, cat one at a time), whether it read one at all, and the
+ * inode of the pipe its standard input is (0: none) */
+static int sources[8], nsources;
+static bool carried;
+static uint64_t stdin_pipe;
+/* the files it has open to write, not marked yet (a marked source that
+ * opens marks them) */
+static int copies[16], ncopies;
+
 /* The program's name as the exec named it (a script's own, for a
- * stand-in), else as the kernel found it (a symlink to curl): a fetcher's? */
-static bool named_fetcher(const char *p)
+ * stand-in), else as the kernel found it (a symlink to curl): a fetcher's
+ * or a carrier's? */
+static int named(const char *p)
 {
 	const char *base = p ? strrchr(p, '/') : NULL;
 
 	base = base ? base + 1 : p;
-	if (!base || !guard_fetcher(base))
-		return false;
-	size_t n = strnlen(base, sizeof(fetcher_name) - 1);
-	memcpy(fetcher_name, base, n);
-	fetcher_name[n] = 0;
-	return true;
+	if (!base)
+		return NEITHER;
+	if (guard_fetcher(base)) {
+		size_t n = strnlen(base, sizeof(fetcher_name) - 1);
+		memcpy(fetcher_name, base, n);
+		fetcher_name[n] = 0;
+		return FETCHER;
+	}
+	return guard_carrier(base) ? CARRIER : NEITHER;
 }
 
-static bool is_fetcher(void)
+/* A carrier's standard input: a download (tee x.sh < dl.sh) is a source it
+ * holds open; a pipe is remembered, to be looked for among fetchers' ones
+ * when the carrier writes (curl starts after tar maybe, but before tar has
+ * any of its bytes). */
+static void stdin_of_carrier(void)
+{
+	struct stat st;
+
+	if (fstat(0, &st) < 0)
+		return;
+	if (S_ISFIFO(st.st_mode))
+		stdin_pipe = (uint64_t)st.st_ino;
+	else if (S_ISREG(st.st_mode) && fetched_marked(NULL, 0, fetcher_name))
+		sources[nsources++] = 0, carried = true;
+}
+
+static int kind(void)
 {
 	if (__builtin_expect(fetched_self < 0, 0)) {
 		char exe[PATH_MAX];
 		ssize_t n;
 		struct stat st;
+		int k;
 
-		fetched_self = 0;       /* a close while the policy is read is not a download */
-		if (!named_fetcher((const char *)getauxval(AT_EXECFN))) {
+		fetched_self = NEITHER;  /* a close while the policy is read is not a download */
+		k = named((const char *)getauxval(AT_EXECFN));
+		if (k == NEITHER) {
 			n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 			if (n <= 0)
-				return false;
+				return NEITHER;
 			exe[n] = 0;
-			if (!named_fetcher(exe))
-				return false;
+			k = named(exe);
 		}
+		if (k == NEITHER)
+			return NEITHER;
 		if (fstat(1, &st) == 0 && S_ISREG(st.st_mode))
 			stdout_then = st.st_size;
-		fetched_self = 1;
+		if (k == CARRIER)
+			stdin_of_carrier();
+		fetched_self = k;
 	}
 	return fetched_self;
 }
@@ -76,8 +124,9 @@ static bool is_fetcher(void)
  * thinks nothing there can see; the hook it reaches does. */
 static __thread volatile bool marking __attribute__((tls_model("initial-exec")));
 
-/* Mark FD, written by the fetcher, if it is a regular file opened to
- * write, through the shim's fsetxattr (a hook: it journals the change). */
+/* Mark FD, written by the fetcher (or a carrier of a download), if it is a
+ * regular file opened to write, through the shim's fsetxattr (a hook: it
+ * journals the change). */
 static void mark(int fd)
 {
 	struct stat st;
@@ -91,59 +140,130 @@ static void mark(int fd)
 }
 
 /* A program's setxattr (SET) or removexattr of NAME on PATH (FD when PATH
- * is NULL): 0, or the errno that refuses. Taking the mark off, or changing
- * it, would make a download runnable (setfattr -x); putting it on a file
- * that has none only makes that file unrunnable too, and is how a copy
- * keeps it: cp -a, cp --preserve=xattr, mv to another filesystem, rsync -X,
- * tar --xattrs. */
+ * is NULL): 0, or the errno that refuses. Taking the mark off would make a
+ * download runnable (setfattr -x); setting it, to any value, leaves the
+ * file marked (fetched_marked asks only whether it is there), and is how a
+ * copy keeps it: cp -a, cp --preserve=xattr, mv to another filesystem,
+ * rsync -X, tar --xattrs, again over an earlier copy too. */
 HIDDEN int fetched_xattr(const char *path, int fd, const char *name, bool set)
 {
-	char by[32];
-
-	if (marking || !name || strcmp(name, MARK))
-		return 0;
-	if (set && !fetched_marked(path, fd, by))
+	(void)fd;
+	if (marking || set || !name || strcmp(name, MARK))
 		return 0;
 	return guard_mark(path ? path : "(descriptor)");
 }
 
-/* FD is about to be closed (close, fclose) in a process that may be a
- * fetcher (shim.h's fetched_closing asks): what it wrote there is a
- * download. Not the shim's own closes (of the journal's files). */
-HIDDEN void fetched_close_slow(int fd)
+/* Whether the carrier writes a download now: it holds one open, or its
+ * standard input comes from a fetcher's pipe. */
+static bool carrying(void)
 {
-	if (fd >= 0 && shim_ready && !shim_busy && is_fetcher()) {
-		int e = errno;
-		mark(fd);
-		errno = e;
+	if (nsources)
+		return true;
+	if (stdin_pipe && guard_fetch_pipe(stdin_pipe)) {
+		snprintf(fetcher_name, sizeof(fetcher_name), "a fetcher's pipe");
+		sources[nsources++] = 0;        /* for good: the pipe stays */
+		carried = true;
 	}
+	return nsources;
 }
 
-/* This process, known as a fetcher by a close before, exits: it marks the
- * regular file its standard output went to (curl URL > i.sh, >> too) if
- * that grew meanwhile: `(echo a; curl -o f URL) > s.sh` fetched nothing
- * into s.sh. The shim's own closes that follow mark nothing. */
+/* FD is about to be closed (close, fclose) in a process that may be a
+ * fetcher or a carrier (shim.h's fetched_closing asks): what a fetcher
+ * wrote there is a download, and what a carrier of one wrote. Not the
+ * shim's own closes (of the journal's files), nor a vfork child's. */
+HIDDEN void fetched_close_slow(int fd)
+{
+	int e = errno, k;
+
+	if (fd < 0 || !shim_ready || shim_busy || txn_vfork_child())
+		return;
+	k = kind();
+	if (k == CARRIER) {
+		for (int i = 0; i < ncopies; i++)
+			if (copies[i] == fd)
+				copies[i] = copies[--ncopies];
+		for (int i = 0; i < nsources; i++)
+			if (sources[i] == fd) {         /* a source it is done with */
+				sources[i] = sources[--nsources];
+				errno = e;
+				return;
+			}
+	}
+	/* its standard output: whatever it read of a download went there */
+	if (k == FETCHER || (k == CARRIER && (carrying() || (fd == 1 && carried))))
+		mark(fd);
+	errno = e;
+}
+
+/* FD was opened in a process that may be a carrier: to WRITE, a file it
+ * makes while it holds a download is marked at once (cp, gzip, tar x: its
+ * source is open; so only the copies of downloads are, in a cp -r); to
+ * read, a download is a source, and its standard output, if a pipe, one
+ * that fetched code may flow through (guard_carried_pipe). 0, or the errno
+ * that refuses the open (FD is closed then). */
+HIDDEN int fetched_opened_slow(int fd, bool writes)
+{
+	int e = errno, err = 0;
+	char by[32];
+	struct stat st;
+
+	if (fd < 0 || !shim_ready || shim_busy || txn_vfork_child() || kind() != CARRIER)
+		return 0;
+	if (writes) {
+		if (carrying())
+			mark(fd);
+		else if (ncopies < (int)(sizeof(copies) / sizeof(copies[0])))
+			copies[ncopies++] = fd;
+	} else if (nsources < (int)(sizeof(sources) / sizeof(sources[0])) && fetched_marked(NULL, fd, by)) {
+		if (fstat(1, &st) == 0 && S_ISFIFO(st.st_mode)) {
+			char path[PATH_MAX];
+			if (path_fd(path, fd))
+				snprintf(path, sizeof(path), "a download");
+			err = guard_carried_pipe((uint64_t)st.st_ino, path, by);
+		}
+		if (err) {
+			close(fd);
+		} else {
+			sources[nsources++] = fd;
+			carried = true;
+			memcpy(fetcher_name, by, sizeof(by));
+			while (ncopies)         /* what it writes now has the download in it */
+				mark(copies[--ncopies]);
+		}
+	}
+	errno = err ? err : e;
+	return err;
+}
+
+/* This process, known as a fetcher by a close before (or as a carrier
+ * that read a download), exits: it marks the regular file its standard
+ * output went to (curl URL > i.sh, >> too; cat dl.sh > x.sh) if that grew
+ * meanwhile: `(echo a; curl -o f URL) > s.sh` fetched nothing into s.sh.
+ * The shim's own closes that follow mark nothing. */
 HIDDEN void fetched_exit(void)
 {
 	struct stat st;
 	int e = errno;
 
 	if (shim_ready && !shim_busy && fstat(1, &st) == 0 && S_ISREG(st.st_mode) &&
-	    st.st_size > (stdout_then < 0 ? 0 : stdout_then))
+	    st.st_size > (stdout_then < 0 ? 0 : stdout_then) && (fetched_self == FETCHER || carrying() || carried))
 		mark(1);
-	fetched_self = 0;
+	fetched_self = NEITHER;
 	errno = e;
 }
 
-/* Whether PATH (FD when PATH is NULL) is marked; BY: who fetched it. */
+/* Whether PATH (FD when PATH is NULL) is marked; BY: who fetched it. A
+ * mark of any value is one (a program may set its own: a longer one than
+ * BY holds too). */
 HIDDEN bool fetched_marked(const char *path, int fd, char by[32])
 {
 	int e = errno;
 	ssize_t n = path ? getxattr(path, MARK, by, 31) : fgetxattr(fd, MARK, by, 31);
+	bool marked = n >= 0 || errno == ERANGE;
 
-	errno = e;
-	if (n < 0)
-		return false;
+	if (n < 0 || n == 0)
+		n = snprintf(by, 32, "%s", marked ? "a fetcher" : "");
 	by[n] = 0;
-	return true;
+	errno = e;
+	return marked;
 }

@@ -541,6 +541,22 @@ static int refuse_fetched(const char *file, char *const argv[], const char *what
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }
 
+/* A carrier (cat, gunzip ...) about to run with a download as its
+ * standard input, writing to a pipe: what it writes there is fetched code. */
+static bool carries_stdin(const char *file, char *const argv[])
+{
+	const char *prog = file ? file : argv && argv[0] ? argv[0] : NULL, *base;
+	struct stat in, out;
+	char by[32];
+
+	if (!prog || !policy_fetch_run(pol))
+		return false;
+	base = strrchr(prog, '/');
+	base = base ? base + 1 : prog;
+	return policy_carrier(pol, base) && fstat(1, &out) == 0 && S_ISFIFO(out.st_mode) && fstat(0, &in) == 0 &&
+	       S_ISREG(in.st_mode) && fetched_marked(NULL, 0, by);
+}
+
 /* A pipeline seen one process at a time (`$(command -v curl) URL | sh`,
  * `c=curl; $c URL | bash`, a pipeline of the session's root): a fetcher
  * whose standard output is a pipe leaves the pipe's inode in the session's
@@ -556,6 +572,10 @@ static int guard_stream(const char *file, char *const argv[])
 	char by[32];
 	int fd, role = policy_stream_role(pol, file, argv, &fd);
 
+	if (role == PS_NONE && carries_stdin(file, argv)) {
+		role = PS_FETCHER;      /* cat < dl.sh | bash: as curl URL | bash */
+		fd = 1;
+	}
 	if (role == PS_NONE || fstat(fd, &st) < 0)
 		return 0;
 	if (S_ISREG(st.st_mode)) {      /* sh < i.sh (curl URL > i.sh: fetched.c) */
@@ -598,23 +618,78 @@ HIDDEN int guard_mark(const char *p)
 		      EPERM);
 }
 
-HIDDEN int guard_inode_flags(int fd)
+HIDDEN int guard_inode_flags(int fd, const char *path)
 {
 	char p[PATH_MAX];
 
 	ready();
 	if (mode == PM_OFF)
 		return 0;
-	if (path_fd(p, fd))
+	if (path)
+		snprintf(p, sizeof(p), "%s", path);
+	else if (path_fd(p, fd))
 		snprintf(p, sizeof(p), "(descriptor %d)", fd);
-	return refuse("ioctl", p, NULL, NULL, "[commands] file-attributes: an immutable or append-only file is one no "
-		      "rewind can write back", EPERM);
+	return refuse("ioctl", p, NULL, NULL, "[commands] file-attributes: no journal keeps a file's inode flags (an "
+		      "immutable or append-only file no rewind could even write back)", EPERM);
 }
 
 HIDDEN bool guard_fetcher(const char *name)
 {
 	ready();
 	return mode != PM_OFF && policy_fetcher(pol, name);
+}
+
+HIDDEN bool guard_carrier(const char *name)
+{
+	ready();
+	return mode != PM_OFF && policy_carrier(pol, name);
+}
+
+
+/* A carrier that holds a download (fetched.c) and writes to the pipe of
+ * inode INO (`cat dl.sh | bash` in a later tool call, `gunzip -c dl.gz |
+ * sh`): the pipe goes in the table of fetched pipes, as a fetcher's does,
+ * and an interpreter that reads its program from it (guard_stream) is
+ * refused; or this is, if the interpreter came first. PATH: the download. */
+HIDDEN int guard_carried_pipe(uint64_t ino, const char *path, const char *by)
+{
+	uint64_t *fetched, *run;
+	char why[PATH_MAX + 96];
+	bool busy = shim_busy;  /* (called outside the hooks: the session's files and a refusal's record are ours) */
+	int err = 0;
+
+	ready();
+	if (mode == PM_OFF || !policy_fetch_run(pol) || !ino)
+		return 0;
+	shim_busy = true;
+	if (shim_session()) {
+		fetched = (uint64_t *)(void *)((char *)shim.s.ctr + JL_FETCH_PIPES_AT);
+		run = (uint64_t *)(void *)((char *)shim.s.ctr + JL_RUN_PIPES_AT);
+		__atomic_store_n(&fetched[ino % JL_PIPE_SLOTS], ino, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&run[ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) == ino) {
+			snprintf(why, sizeof(why), "fetch-and-run: an interpreter runs what this passes on of %s "
+				 "(fetched by %s)", path, by);
+			err = refuse("read", path, NULL, NULL, why, EPERM);
+		}
+	}
+	shim_busy = busy;
+	return err;
+}
+
+/* Whether the pipe of inode INO is in the session's table of pipes that
+ * fetchers write (guard_stream): `curl URL | tar xz`. */
+HIDDEN bool guard_fetch_pipe(uint64_t ino)
+{
+	const uint64_t *fetched;
+	bool busy = shim_busy, open;
+
+	if (!ino)
+		return false;
+	shim_busy = true;       /* (as above) */
+	open = shim_session();
+	shim_busy = busy;
+	fetched = open ? (const uint64_t *)(const void *)((const char *)shim.s.ctr + JL_FETCH_PIPES_AT) : NULL;
+	return fetched && __atomic_load_n(&fetched[ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) == ino;
 }
 
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[])

@@ -575,30 +575,72 @@ HIDDEN int pre_setfl(int fd, int newfl)
 	return pre_fd(fd, JC_WRITE);
 }
 
-/* ioctl(FD, REQ, ARG) that sets a file's inode flags (chattr's calls):
- * journaled as a change of its metadata, and refused outside the writable
- * roots (Landlock has no right for it: the open it needs only reads). One
- * that makes the file immutable or append-only is refused everywhere:
- * no rewind writes such a file back (chattr is refused by name too). */
-#define FS_IOC32_SETFLAGS_ 0x40046602ul        /* _IOW('f', 2, int) */
-#define FS_IOC_SETFLAGS_   0x40086602ul        /* _IOW('f', 2, long) */
-#define FS_IOC_FSSETXATTR_ 0x401c5820ul        /* _IOW('X', 32, struct fsxattr) */
+/* ioctl(FD, REQ, ARG) that sets a file's inode flags (chattr's calls:
+ * FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR), and the file_setattr system call
+ * (Linux 6.17, FLAGS its new xflags): the journal keeps no inode flags, so
+ * no rewind would put them back, and immutable or append-only ones would
+ * keep a rewind from writing the file at all; chattr is refused by name
+ * for the same reason. A call that changes nothing (the flags it sets are
+ * the file's) goes through; one whose flags cannot be read is refused. The
+ * kernel takes REQ as 32 bits. */
+#define FS_IOC32_SETFLAGS_ 0x40046602u          /* _IOW('f', 2, int) */
+#define FS_IOC_SETFLAGS_   0x40086602u          /* _IOW('f', 2, long) */
+#define FS_IOC_GETFLAGS_   0x80086601u
+#define FS_IOC_FSSETXATTR_ 0x401c5820u          /* _IOW('X', 32, struct fsxattr) */
+#define FS_IOC_FSGETXATTR_ 0x801c581fu
+HIDDEN bool inode_flags_request(unsigned long req)
+{
+	uint32_t r = (uint32_t)req;
+
+	return r == FS_IOC_SETFLAGS_ || r == FS_IOC32_SETFLAGS_ || r == FS_IOC_FSSETXATTR_;
+}
+
+/* ARG's first 32 bits, read as the kernel will: a bad pointer fails the
+ * call, not the shim. */
+static bool user_u32(const void *arg, uint32_t *v)
+{
+	struct iovec mine = { v, sizeof(*v) }, theirs = { (void *)arg, sizeof(*v) };
+
+	return arg && process_vm_readv(getpid(), &mine, 1, &theirs, 1, 0) == (ssize_t)sizeof(*v);
+}
+
 HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg)
 {
-	uint32_t flags = 0;
-	struct iovec mine = { &flags, sizeof(flags) }, theirs = { (void *)arg, sizeof(flags) };
-	bool locks;
+	uint32_t want, now = 0;
+	long cur = 0;
+	struct { uint32_t xflags, extsize, nextents, projid, cowextsize; unsigned char pad[8]; } fsx;
 
-	if (req != FS_IOC_SETFLAGS_ && req != FS_IOC32_SETFLAGS_ && req != FS_IOC_FSSETXATTR_)
+	if (!inode_flags_request(req))
 		return 0;
-	/* read as the kernel will: a bad pointer fails the call, not us */
-	if (arg && process_vm_readv(getpid(), &mine, 1, &theirs, 1, 0) == (ssize_t)sizeof(flags)) {
-		locks = req == FS_IOC_FSSETXATTR_ ? (flags & (0x8 | 0x10)) != 0 :     /* FS_XFLAG_IMMUTABLE, _APPEND */
-							(flags & (0x10 | 0x20)) != 0;     /* FS_IMMUTABLE_FL, FS_APPEND_FL */
-		if (locks)
-			return guard_inode_flags(fd);
+	if (!user_u32(arg, &want))
+		return guard_inode_flags(fd, NULL);
+	if ((uint32_t)req == FS_IOC_FSSETXATTR_) {
+		if (ioctl(fd, FS_IOC_FSGETXATTR_, &fsx) == 0)
+			now = fsx.xflags;
+		else
+			return guard_inode_flags(fd, NULL);
+	} else if (ioctl(fd, FS_IOC_GETFLAGS_, &cur) == 0) {
+		now = (uint32_t)cur;
+	} else {
+		return guard_inode_flags(fd, NULL);
 	}
-	return pre_fd(fd, JC_META);
+	return want == now ? 0 : guard_inode_flags(fd, NULL);
+}
+
+/* file_setattr(DIRFD, PATH, ATTR, SIZE, AT_FLAGS) and its reading twin */
+#define SYS_file_getattr_ 468
+HIDDEN int pre_file_setattr(int dirfd, const char *path, const void *attr, size_t size, unsigned atflags)
+{
+	uint32_t want;
+	uint64_t now[4] = { 0 };
+	char abs[PATH_MAX];
+
+	if (path_abs(abs, dirfd, path ? path : ""))
+		snprintf(abs, sizeof(abs), "%s", path ? path : "(descriptor)");
+	if (!user_u32(attr, &want) || size < sizeof(uint64_t) ||
+	    syscall(SYS_file_getattr_, dirfd, path, now, sizeof(now), atflags) < 0)
+		return guard_inode_flags(-1, abs);
+	return want == (uint32_t)now[0] ? 0 : guard_inode_flags(-1, abs);
 }
 
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX])

@@ -413,12 +413,14 @@ static void session_filter(void)
 struct ll_ruleset { uint64_t fs, net, scoped; };
 
 /* The devices of policy_devices, ACCESS on each: the names /dev holds
- * that it lists (a directory such as pts/, beneath). getdents64 and not
- * readdir: this can run in a vfork child, before an exec. */
+ * that it lists (a directory such as pts/, beneath), and the virtual
+ * console the root runs at. getdents64 and not readdir: this can run in a
+ * vfork child, before an exec. */
 static void allow_devices(int rs, uint64_t access)
 {
 	char buf[4096], name[256], path[300];
 	int fd = open("/dev", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	uint64_t own = policy_own_consoles();   /* the console the agent runs at, if it does */
 	long n;
 
 	if (fd < 0)
@@ -432,7 +434,8 @@ static void allow_devices(int rs, uint64_t access)
 			memcpy(name, d->d_name, k);
 			name[k] = d->d_type == DT_DIR ? '/' : 0;
 			name[k + 1] = 0;
-			if (d->d_name[0] != '.' && policy_device_ok(name)) {
+			int vt = policy_console_number(name);
+			if (d->d_name[0] != '.' && (policy_device_ok(name) || (vt >= 0 && (own >> vt & 1)))) {
 				memcpy(path, "/dev/", 5);
 				memcpy(path + 5, d->d_name, k + 1);
 				allow_beneath(rs, path, access);

@@ -21,6 +21,9 @@
 #ifndef SYS_fchmodat2
 #define SYS_fchmodat2 452       /* Linux 6.6 */
 #endif
+#ifndef SYS_file_setattr
+#define SYS_file_setattr 469    /* Linux 6.17 */
+#endif
 #ifndef SYS_setxattrat
 #define SYS_setxattrat 463      /* Linux 6.13 */
 #define SYS_removexattrat 466
@@ -186,6 +189,8 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 			int e = errno;
 			fdcache_put(fd, a);
 			errno = e;
+		} else if (fd >= 0 && fetched_opened(fd, false)) {
+			return -1;              /* a carrier's source, refused (fetched.c) */
 		}
 		return fd;
 	}
@@ -198,6 +203,9 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 	hook_leave(&c);
 	fd = call_real_open(k, d, p, f, m);
 	shim_unlock();
+	/* a carrier's source, or its copy (fetched.c) */
+	if (fd >= 0 && !(f & (O_DIRECTORY | O_PATH)) && fetched_opened(fd, (f & O_ACCMODE) != O_RDONLY))
+		return -1;
 	/* Remember where directories and written files are, for the *at and
 	 * f* calls that come next (O_PATH ones too: fts uses them); not the
 	 * devices a shell's redirections write (`2>/dev/null`), which no such
@@ -229,6 +237,10 @@ static bool has_mode(int f)
 
 HOT EXPORT int open(const char *p, int f, ...) { return open_hook(K_OPEN, AT_FDCWD, p, f, MODE_ARG(f)); }
 HOT EXPORT int open64(const char *p, int f, ...) { return open_hook(K_OPEN64, AT_FDCWD, p, f, MODE_ARG(f)); }
+/* creat is open(O_CREAT | O_WRONLY | O_TRUNC), and goes its way (tar makes
+ * its archive with it) */
+EXPORT int creat(const char *p, mode_t m) { return open_hook(K_OPEN, AT_FDCWD, p, O_CREAT | O_WRONLY | O_TRUNC, m); }
+EXPORT int creat64(const char *p, mode_t m) { return open_hook(K_OPEN64, AT_FDCWD, p, O_CREAT | O_WRONLY | O_TRUNC, m); }
 HOT EXPORT int openat(int d, const char *p, int f, ...) { return open_hook(K_OPENAT, d, p, f, MODE_ARG(f)); }
 HOT EXPORT int openat64(int d, const char *p, int f, ...) { return open_hook(K_OPENAT64, d, p, f, MODE_ARG(f)); }
 HOT EXPORT int __open_2(const char *p, int f) { return open_hook(K_OPEN_2, AT_FDCWD, p, f, 0); }
@@ -314,6 +326,7 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
 	case SYS_io_uring_setup: return no_io_uring();
 	case SYS_ioctl:      return pre_ioctl(I(0), (unsigned long)a[1], (const void *)a[2]);
+	case SYS_file_setattr: return pre_file_setattr(I(0), S(1), (const void *)a[2], (size_t)a[3], (unsigned)a[4]);
 	}
 	return 0;
 #undef S

@@ -145,6 +145,7 @@ HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags)
 HIDDEN int pre_fd(int fd, enum jcap_op op);
 HIDDEN int pre_setfl(int fd, int newfl);
 HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg);   /* inode flags */
+HIDDEN int pre_file_setattr(int dirfd, const char *path, const void *attr, size_t size, unsigned atflags);
 /* P is a descriptor's link (/proc/self/fd/N, /dev/fd/N) to REAL, a removed
  * file the journal keeps in objects/ (renamed there, hooks.c). */
 HIDDEN bool shim_fd_of_removed(const char *p, const char *real);
@@ -232,19 +233,32 @@ HIDDEN int guard_device_node(const char *p); /* mknod of a device: refused */
  * when it has no slash (execvp, posix_spawnp), not argv[0]. */
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[]);
 HIDDEN bool guard_fetcher(const char *name);  /* NAME (a base name) is a fetcher */
+HIDDEN bool guard_carrier(const char *name);  /* ... a carrier (cp, tar, cat ...) */
+HIDDEN bool guard_fetch_pipe(uint64_t ino);   /* a pipe a fetcher writes */
+HIDDEN int guard_carried_pipe(uint64_t ino, const char *path, const char *by);
 /* fetched.c: the mark a fetcher leaves on what it writes */
-HIDDEN extern int fetched_self;        /* this program is a fetcher: 1; not: 0; not known yet: -1 */
+HIDDEN extern int fetched_self;        /* a fetcher: 1; a carrier: 2; neither: 0; not known yet: -1 */
 HIDDEN void fetched_close_slow(int fd);
+HIDDEN int fetched_opened_slow(int fd, bool writes);
 /* (inline: every close asks, and nearly every process is no fetcher) */
 static inline void fetched_closing(int fd)
 {
 	if (__builtin_expect(fetched_self != 0, 0))
 		fetched_close_slow(fd);
 }
+/* FD was just opened, to read (a carrier's source?) or to WRITE (its
+ * copy?): 0, or the errno that refuses the open (fetched.c); every open
+ * asks */
+static inline int fetched_opened(int fd, bool writes)
+{
+	if (__builtin_expect(fetched_self != 0 && fetched_self != 1, 0))
+		return fetched_opened_slow(fd, writes);
+	return 0;
+}
 HIDDEN void fetched_exit(void);
 HIDDEN int fetched_xattr(const char *path, int fd, const char *name, bool set);
 HIDDEN int guard_mark(const char *path);     /* a change of the mark: refused */
-HIDDEN int guard_inode_flags(int fd);        /* immutable, append-only: refused */
+HIDDEN int guard_inode_flags(int fd, const char *path);  /* a change of inode flags: refused */
 HIDDEN bool fetched_marked(const char *path, int fd, char by[32]);
 HIDDEN int guard_unnamed(const char *op, const char *p);
 HIDDEN int guard_signal(pid_t target, int sig);

@@ -346,7 +346,7 @@ __attribute__((destructor)) static void shim_dtor(void)
 {
 	/* (seg_open first: a process that wrote nothing runs no code beyond
 	 * the start of the text at its exit either) */
-	if (fetched_self == 1 && !txn_vfork_child())   /* (no system call for others) */
+	if (fetched_self > 0 && !txn_vfork_child())    /* (no system call for others) */
 		fetched_exit();
 	if (shim_ready && shim.seg_open && !txn_vfork_child())
 		shim_segment_release();

@@ -58,6 +58,7 @@
  * thread-local memory of its own.
  */
 #include <fnmatch.h>
+#include <poll.h>
 #include <sched.h>
 #include <utmp.h>
 #include <signal.h>
@@ -774,7 +775,21 @@ static void rewind_txn(uint32_t txn, int status, bool refused)
 	posix_spawn_file_actions_destroy(&fa);
 	if (fds[1] >= 0)
 		close(fds[1]);
+	/* until its end of file, or until txreplay is gone and the pipe is
+	 * empty: a fork of another thread of the agent may hold the write end
+	 * open for as long as it lives */
+	bool reaped = false;
 	for (ssize_t r; pid > 0 && fds[0] >= 0;) {
+		struct pollfd pf = { .fd = fds[0], .events = POLLIN };
+		int n = poll(&pf, 1, reaped ? 0 : 50);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n < 0 || reaped)
+				break;
+			reaped = REAL(waitpid)(pid, &st, WNOHANG) == pid;
+			continue;
+		}
 		if (got == sizeof(out)) {       /* keep the last half */
 			memmove(out, out + sizeof(out) / 2, sizeof(out) / 2);
 			got = sizeof(out) / 2;
@@ -787,7 +802,7 @@ static void rewind_txn(uint32_t txn, int status, bool refused)
 	}
 	if (fds[0] >= 0)
 		close(fds[0]);
-	if (pid > 0)
+	if (pid > 0 && !reaped)
 		while (REAL(waitpid)(pid, &st, 0) < 0 && errno == EINTR)
 			;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -19,8 +19,10 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 #include "../policy/policy.h"
 
@@ -517,6 +519,28 @@ static void test_devices(void **state)
 	policy_free(pol);
 }
 
+/* A virtual console is allowed to the process that runs at it (its
+ * standard input here, in a child: the answer is kept once a process). */
+static void test_own_virtual_console(void **state)
+{
+	int fd = open("/dev/tty1", O_RDONLY | O_NOCTTY | O_CLOEXEC), st = -1;
+	pid_t pid;
+
+	(void)state;
+	if (fd < 0)
+		skip();
+	pid = fork();
+	if (pid == 0) {
+		dup2(fd, 0);
+		_exit(policy_device_here("tty1") && !policy_device_here("tty2") && policy_device_here("ttyS0") &&
+		      policy_device_here("null") ? 0 : 1);
+	}
+	close(fd);
+	assert_true(pid > 0 && waitpid(pid, &st, 0) == pid);
+	assert_int_equal(st, 0);
+	assert_false(policy_device_here("tty1"));       /* this process's are no console */
+}
+
 static void test_journal_dir_off_limits(void **state)
 {
 	struct policy *pol = load("[paths]\nwritable = /w\n");
@@ -724,6 +748,23 @@ static void test_key_fetch_and_run(void **state)
 	pol = load("[fetch-and-run]\naction = allow\nfetchers = curl\ninterpreters = sh\n");
 	assert_int_equal(sh(pol, "curl x | sh"), PV_ALLOW);
 	policy_free(pol);
+}
+
+static void test_carriers(void **state)
+{
+	struct policy *pol = load("[fetch-and-run]\ncarriers = cp tar g*zip\ncarriers = cat\n");
+
+	(void)state;
+	assert_true(policy_carrier(pol, "cp") && policy_carrier(pol, "gunzip") && policy_carrier(pol, "cat"));
+	assert_false(policy_carrier(pol, "rsync") || policy_carrier(pol, "curl") || policy_carrier(pol, "cpio"));
+	policy_free(pol);
+	pol = load("[fetch-and-run]\naction = allow\ncarriers = cp\n");
+	assert_false(policy_carrier(pol, "cp"));        /* nothing is marked when fetch-and-run is allowed */
+	policy_free(pol);
+	pol = load("[policy]\nbase = default\n");       /* the built-in default has the usual ones */
+	assert_true(policy_carrier(pol, "cp") && policy_carrier(pol, "tar") && !policy_carrier(pol, "python3"));
+	policy_free(pol);
+	fails("[fetch-and-run]\ncarriers = cp a|b\n", 2, "bad program name 'a|b'");
 }
 
 static enum pverdict conn4(const struct policy *pol, const char *ip, int port, const char **why)
@@ -1219,6 +1260,8 @@ int main(void)
 		cmocka_unit_test(test_prefix_filters),
 		cmocka_unit_test(test_paths_through_symlinks),
 		cmocka_unit_test(test_devices),
+		cmocka_unit_test(test_own_virtual_console),
+		cmocka_unit_test(test_carriers),
 		cmocka_unit_test(test_journal_dir_off_limits),
 		cmocka_unit_test(test_key_commands_flags_any_spelling),
 		cmocka_unit_test(test_root_ancestors_and_entries),

@@ -15,15 +15,23 @@ from test_shim_lib import Shim
 URL = "https://example.invalid/install.sh"
 
 STANDIN_CURL = """#!/usr/bin/python3
-# curl's stand-in: prints (or writes to -o FILE) a script that leaves ran.marker
-import sys
-body = "touch ran.marker\\n"
+# curl's stand-in: prints (or writes to -o FILE) a script that leaves
+# ran.marker; for a URL that ends in .tar, a tar archive holding it as inst.sh
+import io, sys, tarfile
+body = b"touch ran.marker\\n"
 args = sys.argv[1:]
+if args[-1].endswith(".tar"):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        info = tarfile.TarInfo("inst.sh")
+        info.size = len(body)
+        t.addfile(info, io.BytesIO(body))
+    body = buf.getvalue()
 if "-o" in args:
-    with open(args[args.index("-o") + 1], "w") as f:
+    with open(args[args.index("-o") + 1], "wb") as f:
         f.write(body)
 else:
-    sys.stdout.write(body)
+    sys.stdout.buffer.write(body)
 """
 
 @pytest.fixture
@@ -70,6 +78,17 @@ CASES = {
     "copied keeping xattrs": [f"curl -s {URL} -o dl.sh", "cp --preserve=xattr dl.sh c.sh", "sh c.sh"],
     "archived and unpacked": [f"curl -s {URL} -o dl.sh", "tar --xattrs -cf t.tar dl.sh && mkdir x && "
                               "tar --xattrs -xf t.tar -C x", "bash x/dl.sh"],
+    # a carrier (cp, cat, tar, gzip ...) that passes a download on into a
+    # file of its own makes that file a download too
+    "copied with cp": [f"curl -s {URL} -o dl.sh", "cp dl.sh c.sh && rm dl.sh", "bash c.sh"],
+    "cat into a file": [f"curl -s {URL} -o dl.sh", "cat dl.sh > c.sh", "sh c.sh"],
+    "tee from a download": [f"curl -s {URL} -o dl.sh", "tee c.sh < dl.sh > /dev/null", "sh c.sh"],
+    "installed": [f"curl -s {URL} -o dl.sh", "install -m 755 dl.sh tool", "./tool"],
+    "through tar": [f"curl -s {URL} -o dl.sh", "tar cf t.tar dl.sh && rm dl.sh && mkdir x && tar xf t.tar -C x",
+                    "bash x/dl.sh"],
+    "compressed and back": [f"curl -s {URL} -o dl.sh", "gzip dl.sh && gunzip dl.sh.gz", "bash dl.sh"],
+    "piped into tar": [f"curl -s {URL}.tar | tar xf -", "sh inst.sh"],
+    "downloaded archive": [f"curl -s {URL}.tar -o a.tar", "tar xf a.tar", "bash inst.sh"],
 }
 
 
@@ -81,13 +100,40 @@ def test_download_run_in_a_later_tool_call_is_refused(shim, case):
     for script in calls[:-1]:
         shim.sh(script, env=env)
     proc = shim.sh(calls[-1], rc=None, env=env, refusals_ok=True)
-    assert proc.returncode != 0 and b"fetch-and-run" in proc.stderr and b"fetched from the network (by curl)" \
+    assert proc.returncode != 0 and b"fetch-and-run" in proc.stderr and b"fetched from the network (by " \
         in proc.stderr, proc.stderr
     assert not shim.exists("ran.marker")
     shim.rewind()
     assert mark_of(shim, "tool.sh") is None
     assert_same(before, shim.snap())
     shim.verify()
+
+
+def test_a_download_passed_on_through_a_pipe_is_refused(shim):
+    """cat (a carrier) of a download into an interpreter, in a later tool
+    call than the download: refused, whichever of cat's open and the
+    interpreter's exec comes first; gunzip -c the same."""
+    env = run_env(shim)
+    shim.sh(f"curl -s {URL} -o dl.sh && cp dl.sh k.sh && gzip k.sh", env=env)
+    for script in ("cat dl.sh | bash", "gunzip -c k.sh.gz | sh", "cat < dl.sh | bash -s"):
+        proc = shim.sh(script, rc=None, env=env, refusals_ok=True)
+        assert b"fetch-and-run" in proc.stderr and not shim.exists("ran.marker"), (script, proc.stderr)
+
+
+def test_carriers_mark_only_what_they_pass_on(shim):
+    """No false refusal: cp -r of a tree that holds one download marks that
+    file's copy only; copies of local files (cp, cat >, tar) run; a local
+    script piped through cat into bash runs."""
+    env = run_env(shim)
+    shim.sh(f"mkdir -p t && printf 'echo a\\n' > t/a.sh && curl -s {URL} -o t/b.sh && "
+            "printf 'echo c\\n' > t/c.sh", env=env)
+    shim.sh("cp -r t t2 && cat t/a.sh > a2.sh && tar cf l.tar t/a.sh t/c.sh && mkdir u && tar xf l.tar -C u", env=env)
+    assert [mark_of(shim, f"t2/{n}.sh") for n in "abc"] == [None, b"curl", None]
+    assert mark_of(shim, "a2.sh") is None and mark_of(shim, "u/t/a.sh") is None
+    proc = shim.sh("bash t2/a.sh && bash t2/c.sh && bash a2.sh && bash u/t/c.sh && cat t/a.sh | bash", env=env)
+    assert proc.stdout == b"a\nc\na\nc\na\n"
+    proc = shim.sh("bash t2/b.sh", rc=None, env=env, refusals_ok=True)
+    assert proc.returncode != 0 and not shim.exists("ran.marker")
 
 
 def test_download_read_as_data_and_local_scripts_run(shim):
@@ -153,17 +199,34 @@ def test_journal_files_carry_no_mark(shim):
 
 
 def test_the_mark_cannot_be_taken_off(shim):
-    """setfattr -x, or a program's removexattr or setxattr of the mark (a
-    change of its value), is refused: the download stays unrunnable."""
+    """setfattr -x, or a program's removexattr of the mark, is refused; a
+    setxattr of it (a copy keeping it, or a value of the program's own, as
+    long as it likes, raw through setxattrat too) is let through and leaves
+    the file marked: the download stays unrunnable."""
     env = run_env(shim)
     shim.sh(f"curl -s {URL} -o i.sh", env=env)
     for script in ("setfattr -x user.ftsbx.fetched i.sh",
                    "python3 -c 'import os; os.removexattr(\"i.sh\", \"user.ftsbx.fetched\")'",
-                   "python3 -c 'import os; os.setxattr(\"i.sh\", \"user.ftsbx.fetched\", b\"\")'",
                    "python3 -c 'import os; f = os.open(\"i.sh\", os.O_RDONLY); os.removexattr(f, \"user.ftsbx.fetched\")'"):
         proc = shim.sh(script, rc=None, env=env, refusals_ok=True)
         assert proc.returncode != 0 and b"the mark of a download is neither taken off nor changed" in proc.stderr, \
             (script, proc.stderr)
         assert mark_of(shim, "i.sh") == b"curl"
-    proc = shim.sh("bash i.sh", rc=None, env=env, refusals_ok=True)
-    assert proc.returncode != 0 and not shim.exists("ran.marker")
+    setat = ("import ctypes, os\n"
+             "class A(ctypes.Structure):\n"
+             "    _fields_ = [('v', ctypes.c_uint64), ('n', ctypes.c_uint32), ('f', ctypes.c_uint32)]\n"
+             "v = ctypes.create_string_buffer(b'y' * 40)\n"
+             "d = os.open('.', os.O_RDONLY)\n"
+             "r = ctypes.CDLL(None).syscall(463, d, b'i.sh', 0, b'user.ftsbx.fetched', ctypes.byref(A(ctypes.addressof(v), 40, 0)), ctypes.c_long(16))\n"
+             "print(r)\n")
+    shim.write("setat.py", setat)
+    for script, value in (("python3 -c 'import os; os.setxattr(\"i.sh\", \"user.ftsbx.fetched\", b\"\")'", b""),
+                          ("python3 -c 'import os; os.setxattr(\"i.sh\", \"user.ftsbx.fetched\", b\"x\" * 40)'", b"x" * 40),
+                          ("python3 setat.py", b"y" * 40)):
+        shim.sh(script, env=env)
+        if script == "python3 setat.py" and mark_of(shim, "i.sh") != value:
+            continue                            # setxattrat: a kernel before 6.13
+        assert mark_of(shim, "i.sh") == value, script
+        proc = shim.sh("bash i.sh", rc=None, env=env, refusals_ok=True)
+        assert proc.returncode != 0 and b"fetch-and-run" in proc.stderr and not shim.exists("ran.marker"), \
+            (script, proc.stderr)

@@ -400,40 +400,57 @@ def flags(fd):
     a = array.array("l", [0])
     fcntl.ioctl(fd, GET, a, True)
     return a[0]
-for path, add, raw in ((b"a.txt", 0x40, False), (b"a.txt", 0x10, False), (b"a.txt", 0x20, True),
-                       (b"src", 0x10, True)):
+def report(name, r):
+    print(name, r, errno.errorcode.get(ctypes.get_errno(), 0) if r else 0)
+for path, add, how in ((b"a.txt", 0, "py"), (b"a.txt", 0x40, "py"), (b"a.txt", 0x10, "py"), (b"a.txt", 0x20, "raw"),
+                       (b"src", 0x10, "raw"), (b"a.txt", 0x10, "high")):
     fd = os.open(path, os.O_RDONLY)
-    a = array.array("l", [flags(fd) | add])
-    if raw:
-        buf = (ctypes.c_long * 1)(a[0])
-        r = libc.syscall(16, fd, ctypes.c_ulong(SET), buf)
-        print(path.decode(), hex(add), "raw", r, errno.errorcode.get(ctypes.get_errno(), 0))
-    else:
+    value = flags(fd) | add
+    ctypes.set_errno(0)
+    if how == "py":
         try:
-            fcntl.ioctl(fd, SET, a, True)
-            print(path.decode(), hex(add), "ok")
+            fcntl.ioctl(fd, SET, array.array("l", [value]), True)
+            r = 0
         except OSError as e:
-            print(path.decode(), hex(add), errno.errorcode[e.errno])
+            r = -1
+            ctypes.set_errno(e.errno)
+    elif how == "raw":
+        r = libc.syscall(16, fd, ctypes.c_ulong(SET), (ctypes.c_long * 1)(value))
+    else:                       # the kernel takes the request as 32 bits
+        libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+        r = libc.ioctl(fd, (1 << 32) | SET, (ctypes.c_long * 1)(value))
+    report("%s %s %s" % (path.decode(), hex(add), how), r)
     os.close(fd)
+class FileAttr(ctypes.Structure):
+    _fields_ = [("xflags", ctypes.c_uint64), ("extsize", ctypes.c_uint32), ("nextents", ctypes.c_uint32),
+                ("projid", ctypes.c_uint32), ("cowextsize", ctypes.c_uint32)]
+attr = FileAttr(0x8)            # FS_XFLAG_IMMUTABLE
+ctypes.set_errno(0)
+report("file_setattr", libc.syscall(469, -100, b"a.txt", ctypes.byref(attr), ctypes.c_long(24), 0))
 """
 
 
-def test_inode_flags_that_lock_a_file_are_refused(shim):
-    """chattr's ioctl (FS_IOC_SETFLAGS), from python's fcntl.ioctl and raw
-    through syscall(): immutable or append-only is refused with EPERM (no
-    rewind could write such a file back), on files and directories alike;
-    another flag (nodump) goes through, journaled."""
+def test_inode_flags_are_not_changed(shim):
+    """chattr's ioctl (FS_IOC_SETFLAGS), from python's fcntl.ioctl, raw
+    through syscall(), with high bits in the request (the kernel takes 32),
+    and the file_setattr system call (Linux 6.17): a change of a file's
+    inode flags is refused with EPERM (no journal keeps them; immutable or
+    append-only would keep a rewind from writing the file back), on files
+    and directories alike; setting the flags a file has goes through."""
     shim.write("flags.py", IOCTL_FLAGS)
     try:
         proc = shim.sh(b"%s flags.py" % PY.encode(), refusals_ok=True)
     finally:                    # never leave a file the test's cleanup cannot remove
         for rel in ("a.txt", "src"):
-            subprocess.run(["chattr", "-i", "-a", shim.p(rel)], capture_output=True)
-    assert proc.stdout.decode().split("\n")[:4] == [
-        "a.txt 0x40 ok", "a.txt 0x10 EPERM", "a.txt 0x20 raw -1 EPERM", "src 0x10 raw -1 EPERM"], proc
-    assert proc.stderr.count(b"an immutable or append-only file is one no rewind can write back") == 3, proc.stderr
+            subprocess.run(["chattr", "-i", "-a", "-d", shim.p(rel)], capture_output=True)
+    got = proc.stdout.decode().split("\n")
+    assert got[:6] == ["a.txt 0x0 py 0 0", "a.txt 0x40 py -1 EPERM", "a.txt 0x10 py -1 EPERM",
+                       "a.txt 0x20 raw -1 EPERM", "src 0x10 raw -1 EPERM", "a.txt 0x10 high -1 EPERM"], proc
+    assert got[6] in ("file_setattr -1 EPERM", "file_setattr -1 ENOSYS"), proc
+    assert proc.stderr.count(b"no journal keeps a file's inode flags") == 5 + (got[6].endswith("EPERM")), \
+        proc.stderr
     lsattr = subprocess.run(["lsattr", "-d", shim.p("a.txt"), shim.p("src")], capture_output=True, text=True)
-    assert [ln.split()[0].count("i") + ln.split()[0].count("a") for ln in lsattr.stdout.splitlines()] == [0, 0], \
+    assert [sum(ln.split()[0].count(c) for c in "iad") for ln in lsattr.stdout.splitlines()] == [0, 0], \
         lsattr.stdout
 
 
