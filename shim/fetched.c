@@ -75,15 +75,42 @@ static int named(const char *p)
 	return guard_carrier(base) ? CARRIER : NEITHER;
 }
 
-/* A carrier's standard input: a download (tee x.sh < dl.sh) is a source it
- * holds open; a pipe is remembered, to be looked for among fetchers' ones
- * when the carrier writes (curl starts after tar maybe, but before tar has
- * any of its bytes). */
+/* Whether a carrier run as ARGV (PROG: its program, NULL for ARGV[0])
+ * reads its standard input: tee and cpio always; dd without if=; the
+ * others with no file operand, or "-" (cat, gunzip -c, tar xf -). A cp in
+ * a loop that reads a file line by line (`while read l; do cp ...; done <
+ * urls`) does not. */
+HIDDEN bool fetched_reads_stdin(const char *prog, char *const argv[])
+{
+	const char *base;
+	bool operand = false;
+
+	if (!argv || !argv[0])
+		return false;
+	prog = prog ? prog : argv[0];
+	base = strrchr(prog, '/');
+	base = base ? base + 1 : prog;
+	if (!strcmp(base, "tee") || !strcmp(base, "cpio"))
+		return true;
+	for (int i = 1; argv[i]; i++) {
+		if (!strcmp(argv[i], "-"))
+			return true;
+		if (!strcmp(base, "dd") ? !strncmp(argv[i], "if=", 3) : argv[i][0] != '-')
+			operand = true;
+	}
+	return !operand;
+}
+
+/* A carrier's standard input, if it reads it: a download (tee x.sh <
+ * dl.sh) is a source it holds open; a pipe is remembered, to be looked for
+ * among fetchers' ones when the carrier writes (curl starts after tar
+ * maybe, but before tar has any of its bytes). */
 static void stdin_of_carrier(void)
 {
 	struct stat st;
 
-	if (fstat(0, &st) < 0)
+	/* (the program's name as the kernel keeps it: tee writes over its argv[0]) */
+	if (!fetched_reads_stdin((const char *)getauxval(AT_EXECFN), shim.argv) || fstat(0, &st) < 0)
 		return;
 	if (S_ISFIFO(st.st_mode))
 		stdin_pipe = (uint64_t)st.st_ino;
@@ -99,6 +126,8 @@ static int kind(void)
 		struct stat st;
 		int k;
 
+		if (!shim.argv)         /* a library's constructor before ours (libselinux's) */
+			return NEITHER;
 		fetched_self = NEITHER;  /* a close while the policy is read is not a download */
 		k = named((const char *)getauxval(AT_EXECFN));
 		if (k == NEITHER) {
@@ -200,7 +229,7 @@ HIDDEN void fetched_close_slow(int fd)
  * source is open; so only the copies of downloads are, in a cp -r); to
  * read, a download is a source, and its standard output, if a pipe, one
  * that fetched code may flow through (guard_carried_pipe). 0, or the errno
- * that refuses the open (FD is closed then). */
+ * that refuses the open (the caller closes FD). */
 HIDDEN int fetched_opened_slow(int fd, bool writes)
 {
 	int e = errno, err = 0;
@@ -221,9 +250,7 @@ HIDDEN int fetched_opened_slow(int fd, bool writes)
 				snprintf(path, sizeof(path), "a download");
 			err = guard_carried_pipe((uint64_t)st.st_ino, path, by);
 		}
-		if (err) {
-			close(fd);
-		} else {
+		if (!err) {
 			sources[nsources++] = fd;
 			carried = true;
 			memcpy(fetcher_name, by, sizeof(by));

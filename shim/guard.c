@@ -541,8 +541,10 @@ static int refuse_fetched(const char *file, char *const argv[], const char *what
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }
 
-/* A carrier (cat, gunzip ...) about to run with a download as its
- * standard input, writing to a pipe: what it writes there is fetched code. */
+/* A carrier (cat, gunzip ...) about to run with a download as the
+ * standard input it reads, or a pipe fetched code flows in already (cat
+ * dl.sh | cat | bash, when the first cat opened its file first), writing
+ * to a pipe: what it writes there is fetched code. */
 static bool carries_stdin(const char *file, char *const argv[])
 {
 	const char *prog = file ? file : argv && argv[0] ? argv[0] : NULL, *base;
@@ -553,8 +555,11 @@ static bool carries_stdin(const char *file, char *const argv[])
 		return false;
 	base = strrchr(prog, '/');
 	base = base ? base + 1 : prog;
-	return policy_carrier(pol, base) && fstat(1, &out) == 0 && S_ISFIFO(out.st_mode) && fstat(0, &in) == 0 &&
-	       S_ISREG(in.st_mode) && fetched_marked(NULL, 0, by);
+	if (!policy_carrier(pol, base) || fstat(1, &out) < 0 || !S_ISFIFO(out.st_mode) || !fetched_reads_stdin(prog, argv) ||
+	    fstat(0, &in) < 0)
+		return false;
+	return (S_ISREG(in.st_mode) && fetched_marked(NULL, 0, by)) ||
+	       (S_ISFIFO(in.st_mode) && guard_fetch_pipe((uint64_t)in.st_ino));
 }
 
 /* A pipeline seen one process at a time (`$(command -v curl) URL | sh`,

@@ -595,52 +595,53 @@ HIDDEN bool inode_flags_request(unsigned long req)
 	return r == FS_IOC_SETFLAGS_ || r == FS_IOC32_SETFLAGS_ || r == FS_IOC_FSSETXATTR_;
 }
 
-/* ARG's first 32 bits, read as the kernel will: a bad pointer fails the
- * call, not the shim. */
-static bool user_u32(const void *arg, uint32_t *v)
+/* N bytes at ARG, read as the kernel will: a bad pointer fails the call,
+ * not the shim. */
+static bool user_bytes(const void *arg, void *v, size_t n)
 {
-	struct iovec mine = { v, sizeof(*v) }, theirs = { (void *)arg, sizeof(*v) };
+	struct iovec mine = { v, n }, theirs = { (void *)arg, n };
 
-	return arg && process_vm_readv(getpid(), &mine, 1, &theirs, 1, 0) == (ssize_t)sizeof(*v);
+	return arg && process_vm_readv(getpid(), &mine, 1, &theirs, 1, 0) == (ssize_t)n;
+}
+
+/* struct fsxattr: the fields FS_IOC_FSSETXATTR sets (not nextents) */
+struct fsx { uint32_t xflags, extsize, nextents, projid, cowextsize; unsigned char pad[8]; };
+static bool same_fsx(const struct fsx *a, const struct fsx *b)
+{
+	return a->xflags == b->xflags && a->extsize == b->extsize && a->projid == b->projid &&
+	       a->cowextsize == b->cowextsize;
 }
 
 HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg)
 {
-	uint32_t want, now = 0;
+	struct fsx want, now;
+	uint32_t flags;
 	long cur = 0;
-	struct { uint32_t xflags, extsize, nextents, projid, cowextsize; unsigned char pad[8]; } fsx;
 
 	if (!inode_flags_request(req))
 		return 0;
-	if (!user_u32(arg, &want))
-		return guard_inode_flags(fd, NULL);
-	if ((uint32_t)req == FS_IOC_FSSETXATTR_) {
-		if (ioctl(fd, FS_IOC_FSGETXATTR_, &fsx) == 0)
-			now = fsx.xflags;
-		else
-			return guard_inode_flags(fd, NULL);
-	} else if (ioctl(fd, FS_IOC_GETFLAGS_, &cur) == 0) {
-		now = (uint32_t)cur;
-	} else {
-		return guard_inode_flags(fd, NULL);
-	}
-	return want == now ? 0 : guard_inode_flags(fd, NULL);
+	if ((uint32_t)req == FS_IOC_FSSETXATTR_)
+		return user_bytes(arg, &want, sizeof(want)) && ioctl(fd, FS_IOC_FSGETXATTR_, &now) == 0 &&
+		       same_fsx(&want, &now) ? 0 : guard_inode_flags(fd, NULL);
+	return user_bytes(arg, &flags, sizeof(flags)) && ioctl(fd, FS_IOC_GETFLAGS_, &cur) == 0 &&
+	       flags == (uint32_t)cur ? 0 : guard_inode_flags(fd, NULL);
 }
 
 /* file_setattr(DIRFD, PATH, ATTR, SIZE, AT_FLAGS) and its reading twin */
 #define SYS_file_getattr_ 468
 HIDDEN int pre_file_setattr(int dirfd, const char *path, const void *attr, size_t size, unsigned atflags)
 {
-	uint32_t want;
-	uint64_t now[4] = { 0 };
+	/* struct file_attr: u64 xflags; u32 extsize, nextents, projid, cowextsize */
+	struct { uint64_t xflags; uint32_t extsize, nextents, projid, cowextsize; } want, now;
 	char abs[PATH_MAX];
 
 	if (path_abs(abs, dirfd, path ? path : ""))
 		snprintf(abs, sizeof(abs), "%s", path ? path : "(descriptor)");
-	if (!user_u32(attr, &want) || size < sizeof(uint64_t) ||
-	    syscall(SYS_file_getattr_, dirfd, path, now, sizeof(now), atflags) < 0)
+	if (size < sizeof(want) || !user_bytes(attr, &want, sizeof(want)) ||
+	    syscall(SYS_file_getattr_, dirfd, path, &now, sizeof(now), atflags) < 0)
 		return guard_inode_flags(-1, abs);
-	return want == (uint32_t)now[0] ? 0 : guard_inode_flags(-1, abs);
+	return want.xflags == now.xflags && want.extsize == now.extsize && want.projid == now.projid &&
+	       want.cowextsize == now.cowextsize ? 0 : guard_inode_flags(-1, abs);
 }
 
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX])
@@ -940,4 +941,39 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		return r;                          \
 	}
 #include "hooks.def"
+
+/* fopen: as the table's hooks, and after it what fetched.c asks of every
+ * open (a carrier's source or copy: zstd and bzip2 open theirs so) */
+static FILE *fopen_hook(FILE *(*real)(const char *, const char *), const char *p, const char *m)
+{
+	struct hook_ctx c;
+	FILE *f;
+	int err;
+
+	if (!hook_enter(&c))
+		return real(p, m);
+	err = pre_fopen(AT_FDCWD, p, m);
+	if (err == PRE_DONE) {
+		shim_unlock();
+		hook_leave(&c);
+		return NULL;
+	}
+	if (err) {
+		shim_unlock();
+		hook_refuse(&c, err);
+		return NULL;
+	}
+	hook_leave(&c);
+	f = real(p, m);
+	shim_unlock();
+	if (f && (err = fetched_opened(fileno(f), (fopen_flags(m) & O_ACCMODE) != O_RDONLY))) {
+		fclose(f);
+		errno = err;
+		return NULL;
+	}
+	return f;
+}
+
+EXPORT FILE *fopen(const char *p, const char *m) { return fopen_hook(REAL(fopen), p, m); }
+EXPORT FILE *fopen64(const char *p, const char *m) { return fopen_hook(REAL(fopen64), p, m); }
 #undef HOOK

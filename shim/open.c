@@ -189,8 +189,10 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 			int e = errno;
 			fdcache_put(fd, a);
 			errno = e;
-		} else if (fd >= 0 && fetched_opened(fd, false)) {
-			return -1;              /* a carrier's source, refused (fetched.c) */
+		} else if (fd >= 0 && (err = fetched_opened(fd, false))) {
+			close(fd);              /* a carrier's source, refused (fetched.c) */
+			errno = err;
+			return -1;
 		}
 		return fd;
 	}
@@ -204,8 +206,11 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 	fd = call_real_open(k, d, p, f, m);
 	shim_unlock();
 	/* a carrier's source, or its copy (fetched.c) */
-	if (fd >= 0 && !(f & (O_DIRECTORY | O_PATH)) && fetched_opened(fd, (f & O_ACCMODE) != O_RDONLY))
+	if (fd >= 0 && !(f & (O_DIRECTORY | O_PATH)) && (err = fetched_opened(fd, (f & O_ACCMODE) != O_RDONLY))) {
+		close(fd);
+		errno = err;
 		return -1;
+	}
 	/* Remember where directories and written files are, for the *at and
 	 * f* calls that come next (O_PATH ones too: fts uses them); not the
 	 * devices a shell's redirections write (`2>/dev/null`), which no such

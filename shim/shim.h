@@ -240,6 +240,7 @@ HIDDEN int guard_carried_pipe(uint64_t ino, const char *path, const char *by);
 HIDDEN extern int fetched_self;        /* a fetcher: 1; a carrier: 2; neither: 0; not known yet: -1 */
 HIDDEN void fetched_close_slow(int fd);
 HIDDEN int fetched_opened_slow(int fd, bool writes);
+HIDDEN bool fetched_reads_stdin(const char *prog, char *const argv[]);   /* a carrier run so reads its stdin */
 /* (inline: every close asks, and nearly every process is no fetcher) */
 static inline void fetched_closing(int fd)
 {

@@ -787,7 +787,9 @@ static void rewind_txn(uint32_t txn, int status, bool refused)
 		if (n <= 0) {
 			if (n < 0 || reaped)
 				break;
-			reaped = REAL(waitpid)(pid, &st, WNOHANG) == pid;
+			pid_t w = REAL(waitpid)(pid, &st, WNOHANG);
+			/* (ECHILD: another thread's handler reaped it) */
+			reaped = w == pid || (w < 0 && errno == ECHILD);
 			continue;
 		}
 		if (got == sizeof(out)) {       /* keep the last half */

@@ -88,6 +88,7 @@ CASES = {
                     "bash x/dl.sh"],
     "compressed and back": [f"curl -s {URL} -o dl.sh", "gzip dl.sh && gunzip dl.sh.gz", "bash dl.sh"],
     "piped into tar": [f"curl -s {URL}.tar | tar xf -", "sh inst.sh"],
+    "through bzip2 (stdio)": [f"curl -s {URL} -o b.sh", "bzip2 b.sh && bzip2 -d b.sh.bz2", "bash b.sh"],
     "downloaded archive": [f"curl -s {URL}.tar -o a.tar", "tar xf a.tar", "bash inst.sh"],
 }
 
@@ -115,7 +116,8 @@ def test_a_download_passed_on_through_a_pipe_is_refused(shim):
     interpreter's exec comes first; gunzip -c the same."""
     env = run_env(shim)
     shim.sh(f"curl -s {URL} -o dl.sh && cp dl.sh k.sh && gzip k.sh", env=env)
-    for script in ("cat dl.sh | bash", "gunzip -c k.sh.gz | sh", "cat < dl.sh | bash -s"):
+    for script in ("cat dl.sh | bash", "gunzip -c k.sh.gz | sh", "cat < dl.sh | bash -s",
+                   "gzip -c dl.sh > z.gz && bzip2 -c dl.sh > z.bz2 && bzip2 -dc z.bz2 | sh"):
         proc = shim.sh(script, rc=None, env=env, refusals_ok=True)
         assert b"fetch-and-run" in proc.stderr and not shim.exists("ran.marker"), (script, proc.stderr)
 
@@ -134,6 +136,11 @@ def test_carriers_mark_only_what_they_pass_on(shim):
     assert proc.stdout == b"a\nc\na\nc\na\n"
     proc = shim.sh("bash t2/b.sh", rc=None, env=env, refusals_ok=True)
     assert proc.returncode != 0 and not shim.exists("ran.marker")
+    # a download as the standard input of a loop whose carriers never read it
+    shim.sh(f"curl -s {URL} -o names.txt && printf 'x\\n' >> names.txt && mkdir -p bin && "
+            "while read -r n; do cp t/a.sh bin/tool-$n; done < names.txt", env=env)
+    proc = shim.sh("bash bin/tool-x", env=env)
+    assert proc.stdout == b"a\n" and mark_of(shim, "bin/tool-x") is None
 
 
 def test_download_read_as_data_and_local_scripts_run(shim):
