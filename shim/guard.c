@@ -541,6 +541,14 @@ static int refuse_fetched(const char *file, char *const argv[], const char *what
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }
 
+/* The session's table of pipes at byte AT of its counters' page:
+ * JL_FETCH_PIPES_AT (fetchers write them), JL_RUN_PIPES_AT (interpreters
+ * read their program from them); slot inode % JL_PIPE_SLOTS. */
+static uint64_t *pipe_table(size_t at)
+{
+	return (uint64_t *)(void *)((char *)shim.s.ctr + at);
+}
+
 /* A carrier (cat, gunzip ...) about to run with a download as the
  * standard input it reads, or a pipe fetched code flows in already (cat
  * dl.sh | cat | bash, when the first cat opened its file first), writing
@@ -590,8 +598,8 @@ static int guard_stream(const char *file, char *const argv[])
 	}
 	if (!S_ISFIFO(st.st_mode) || (!shim.session_open && shim_segment(&(struct jseg *){ NULL })))
 		return 0;
-	mine = (uint64_t *)(void *)((char *)shim.s.ctr + (role == PS_FETCHER ? JL_FETCH_PIPES_AT : JL_RUN_PIPES_AT));
-	theirs = (uint64_t *)(void *)((char *)shim.s.ctr + (role == PS_FETCHER ? JL_RUN_PIPES_AT : JL_FETCH_PIPES_AT));
+	mine = pipe_table(role == PS_FETCHER ? JL_FETCH_PIPES_AT : JL_RUN_PIPES_AT);
+	theirs = pipe_table(role == PS_FETCHER ? JL_RUN_PIPES_AT : JL_FETCH_PIPES_AT);
 	__atomic_store_n(&mine[st.st_ino % JL_PIPE_SLOTS], (uint64_t)st.st_ino, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&theirs[st.st_ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) != (uint64_t)st.st_ino)
 		return 0;
@@ -650,7 +658,6 @@ HIDDEN bool guard_carrier(const char *name)
 	return mode != PM_OFF && policy_carrier(pol, name);
 }
 
-
 /* A carrier that holds a download (fetched.c) and writes to the pipe of
  * inode INO (`cat dl.sh | bash` in a later tool call, `gunzip -c dl.gz |
  * sh`): the pipe goes in the table of fetched pipes, as a fetcher's does,
@@ -668,8 +675,8 @@ HIDDEN int guard_carried_pipe(uint64_t ino, const char *path, const char *by)
 		return 0;
 	shim_busy = true;
 	if (shim_session()) {
-		fetched = (uint64_t *)(void *)((char *)shim.s.ctr + JL_FETCH_PIPES_AT);
-		run = (uint64_t *)(void *)((char *)shim.s.ctr + JL_RUN_PIPES_AT);
+		fetched = pipe_table(JL_FETCH_PIPES_AT);
+		run = pipe_table(JL_RUN_PIPES_AT);
 		__atomic_store_n(&fetched[ino % JL_PIPE_SLOTS], ino, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&run[ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) == ino) {
 			snprintf(why, sizeof(why), "fetch-and-run: an interpreter runs what this passes on of %s "
@@ -685,7 +692,6 @@ HIDDEN int guard_carried_pipe(uint64_t ino, const char *path, const char *by)
  * fetchers write (guard_stream): `curl URL | tar xz`. */
 HIDDEN bool guard_fetch_pipe(uint64_t ino)
 {
-	const uint64_t *fetched;
 	bool busy = shim_busy, open;
 
 	if (!ino)
@@ -693,8 +699,7 @@ HIDDEN bool guard_fetch_pipe(uint64_t ino)
 	shim_busy = true;       /* (as above) */
 	open = shim_session();
 	shim_busy = busy;
-	fetched = open ? (const uint64_t *)(const void *)((const char *)shim.s.ctr + JL_FETCH_PIPES_AT) : NULL;
-	return fetched && __atomic_load_n(&fetched[ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) == ino;
+	return open && __atomic_load_n(&pipe_table(JL_FETCH_PIPES_AT)[ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) == ino;
 }
 
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
