@@ -3,11 +3,12 @@
  * SESSION/dedup2, mapped shared by every process of the session, remembers
  * for each (generation, path) the transaction that wrote its last record
  * and at which level, so that later changes in that transaction cost no
- * record. Open addressing (probing a directory's page first, see DD_SPP), no lock: a slot is claimed by a
- * compare-and-swap on its state word and marked done only after its record
- * is written, so no process ever skips a capture whose record is not yet on
- * disk. Whenever the table cannot answer, it says "capture": capturing twice
- * is always safe, skipping never is.
+ * record. Open addressing (a directory's pages first, see DD_SPP), no
+ * lock: a slot is claimed by a compare-and-swap on its state word and
+ * marked done only after its record is written, so no process ever skips
+ * a capture whose record is not yet on disk. Whenever the table cannot
+ * answer, it says "capture": capturing twice is always safe, skipping
+ * never is.
  *
  * A path has one slot for all transactions, not one each: when transaction
  * B records a path after A did, A's next change of it needs a record again.
@@ -41,6 +42,7 @@
 #define DD_PAGES  (DD_SIZE / DD_PAGE - 1)
 #define DD_PROBE  512           /* a longer chain counts as a full table */
 #define DD_KEY    16
+#define DD_DIRPAGES 4          /* a directory's own pages, tried in turn */
 
 /* A slot's state word: busy, pid << 32 | old state << 8 | 1 (a record
  * being written by pid; old is the state to go back to); done, txn << 32 |
@@ -59,14 +61,17 @@ struct dslot {
 };
 
 /* Slots are laid out page by page (DD_SPP to a page, none across two), and
- * a path's probe sequence starts with the page of its directory (at its
- * generation; a weak key's at its transaction too): the entries that a cp -r
- * or a tar x adds in one directory share a page, so a process makes one page
- * of the table its own, not one per file (a page fault each; a write fault
- * on a shared file mapping is the dearest kind). A directory whose page is
- * full goes on in the table at large, from a place of its key's. The
- * sequence of a key is fixed and slots are never emptied, so every process
- * finds a key's slot at the same place, as with one array. */
+ * a path's probe sequence starts with the pages of its directory (a weak
+ * key's at its transaction too; never at its generation, which every
+ * rename and remove moves on: sed -i's next file then started on a new
+ * page, a page fault per file). The entries that a cp -r, a tar x or a
+ * sed -i adds in one directory, in every generation, share its pages, so a
+ * process makes a page or a few of the table its own, not one per file (a
+ * page fault each; a write fault on a shared file mapping is the dearest
+ * kind). A directory whose DD_DIRPAGES pages are full goes on in the table
+ * at large, from a place of its key's. The sequence of a key is fixed and
+ * slots are never emptied, so every process finds a key's slot at the
+ * same place, as with one array. */
 #define DD_SPP    (DD_PAGE / sizeof(struct dslot))
 #define DD_SLOTS  (DD_PAGES * DD_SPP)
 
@@ -93,9 +98,14 @@ static unsigned st_of(uint64_t w) { return (unsigned)(w & 0xff); }
 static uint32_t txn_of(uint64_t w) { return (uint32_t)(w >> 32); }
 static unsigned old_of(uint64_t w) { return (unsigned)((w >> 8) & 0xff); }
 
+__attribute__((weak)) pid_t journal_pid(void)
+{
+	return getpid();
+}
+
 static uint64_t busy_word(unsigned old)
 {
-	return (uint64_t)(uint32_t)getpid() << 32 | (uint64_t)old << 8 | DD_BUSY;
+	return (uint64_t)(uint32_t)journal_pid() << 32 | (uint64_t)old << 8 | DD_BUSY;
 }
 
 uint64_t dedup_generation(struct jsession *s)
@@ -208,15 +218,16 @@ static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, const char
 	crypto_generichash_blake2b_final(&h, key, DD_KEY);
 }
 
-/* The page a path's sequence starts on: a hash of its directory at GEN (and
- * TXN for a weak key). Placement only: the key decides what matches. */
-static size_t dir_page(uint32_t txn, uint64_t gen, const char *path)
+/* The Nth page of a path's directory (and TXN for a weak key): placement
+ * only, the key decides what matches. */
+static size_t dir_page(uint32_t txn, uint64_t gen, const char *path, unsigned n)
 {
 	const char *end = strrchr(path, '/');
-	uint64_t h = 0xcbf29ce484222325ull ^ gen ^ (gen == DEDUP_WEAK_GEN ? (uint64_t)txn << 32 : 0);
+	uint64_t h = 0xcbf29ce484222325ull ^ (gen == DEDUP_WEAK_GEN ? (uint64_t)txn << 32 | 1 : 0);
 
 	for (const char *p = path; p < end; p++)
 		h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+	h += n * 0x9e3779b97f4a7c15ull;
 	h ^= h >> 29;
 	h *= 0xbf58476d1ce4e5b9ull;
 	h ^= h >> 32;
@@ -331,7 +342,6 @@ bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *pat
 	uint8_t *t = table(s);
 	uint8_t key[DD_KEY];
 	uint64_t h, g;
-	size_t page;
 	bool skip;
 
 	c->word = NULL;
@@ -342,10 +352,12 @@ bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *pat
 	make_key(key, txn, gen, path);
 	memcpy(&h, key, sizeof(h));
 	memcpy(&g, key + 8, sizeof(g));
-	page = dir_page(txn, gen, path);
-	for (size_t i = 0; i < DD_SPP; i++)
-		if (settled(s, probe_slot(slot_at(t, page, (h + i) % DD_SPP), key, c, i == 0), c, &skip))
-			return skip;
+	for (unsigned n = 0; n < DD_DIRPAGES; n++) {
+		size_t page = dir_page(txn, gen, path, n);
+		for (size_t i = 0; i < DD_SPP; i++)
+			if (settled(s, probe_slot(slot_at(t, page, (h + i) % DD_SPP), key, c, i == 0), c, &skip))
+				return skip;
+	}
 	for (size_t i = 0; i < DD_PROBE; i++) {
 		size_t k = (g + i) % DD_SLOTS;
 

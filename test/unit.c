@@ -1445,6 +1445,33 @@ static void test_dedup_one_directory_past_its_page(void **state)
 	assert_int_equal(st.st_size, 4 << 20);
 }
 
+/* sed -i's pattern: every file of one directory at a generation of its
+ * own (each rename moves it on), more of them than the directory's pages
+ * hold; each claim is new once and known after, and no generation's
+ * record stands for another's */
+static void test_dedup_one_directory_many_generations(void **state)
+{
+	enum { N = 2000 };
+	struct jsession s;
+	uint64_t gen;
+
+	(void)state;
+	bare_session(0);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	gen = dedup_generation(&s);
+	for (int i = 0; i < N; i++) {
+		assert_false(claim(&s, 7, gen + (uint64_t)i, i, true));
+		assert_true(claim(&s, 7, gen + (uint64_t)i, i, true));
+		assert_false(claim(&s, 7, gen + (uint64_t)i + 1, i, i % 3 != 0));
+	}
+	for (int i = 0; i < N; i++) {
+		assert_true(claim(&s, 7, gen + (uint64_t)i, i, true));
+		assert_int_equal(claim(&s, 7, gen + (uint64_t)i + 1, i, true), i % 3 != 0);
+		assert_false(claim(&s, 8, gen + (uint64_t)i + 2, i, true));
+	}
+	jsession_close(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1484,6 +1511,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_durable_session_never_maps, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fork_child_of_a_mapped_writer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dedup_one_directory_past_its_page, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dedup_one_directory_many_generations, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
