@@ -12,19 +12,26 @@
 
 static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
+/* Six letters: a per-thread sequence seeded once from getrandom (a system
+ * call per name cost sed -i one per file), mixed with the pid (a fork
+ * child goes on from its parent's state) and the clock. Uniqueness is
+ * O_EXCL's; the letters only make a collision unlikely. */
 static void fill_random(char *x)
 {
-	uint8_t r[6];
+	static __thread uint64_t state __attribute__((tls_model("initial-exec")));
+	struct timespec ts;
+	uint64_t z;
 
-	if (getrandom(r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t v = (uint64_t)ts.tv_nsec * 6364136223846793005ull ^ (uint64_t)getpid() << 32;
-		for (int i = 0; i < 6; i++, v >>= 8)
-			r[i] = (uint8_t)v;
-	}
-	for (int i = 0; i < 6; i++)
-		x[i] = letters[r[i] % (sizeof(letters) - 1)];
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (!state && getrandom(&state, sizeof(state), GRND_NONBLOCK) != (ssize_t)sizeof(state))
+		state = (uint64_t)ts.tv_nsec | 1;
+	state += 0x9e3779b97f4a7c15ull;
+	z = state ^ (uint64_t)ts.tv_nsec ^ (uint64_t)shim_pid() << 32;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	for (int i = 0; i < 6; i++, z /= sizeof(letters) - 1)
+		x[i] = letters[z % (sizeof(letters) - 1)];
 }
 
 /* Returns the fd (or 0 for a directory), or -1 with errno. */

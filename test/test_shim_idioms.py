@@ -41,6 +41,38 @@ f.write(b"tail")
 f.close()
 """
 
+# libc's temporary-file makers (the shim's own, tmpfile.c), from four
+# forked processes at once into one directory: every name is new (each
+# process goes on from its parent's random state), templates and suffixes
+# kept, O_CLOEXEC given where asked
+MKSTEMP = b"""
+import ctypes, fcntl, os, re
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mkdtemp.restype = ctypes.c_char_p
+os.mkdir("tmpd")
+kids = []
+for k in range(4):
+    pid = os.fork()
+    if pid == 0:
+        for i in range(100):
+            for t, call in ((b"a", lambda b: libc.mkstemp(b)), (b"c", lambda b: libc.mkostemp(b, os.O_CLOEXEC)),
+                            (b"s", lambda b: libc.mkstemps(b, 2))):
+                b = ctypes.create_string_buffer(b"tmpd/" + t + b"XXXXXX" + (b".c" if t == b"s" else b""))
+                fd = call(b)
+                assert fd >= 0, ctypes.get_errno()
+                assert bool(fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC) == (t == b"c")
+                os.write(fd, b.value)
+                os.close(fd)
+            assert libc.mkdtemp(ctypes.create_string_buffer(b"tmpd/dXXXXXX"))
+        os._exit(0)
+    kids.append(pid)
+assert all(os.waitpid(p, 0)[1] == 0 for p in kids)
+names = os.listdir("tmpd")
+ok = [n for n in names if re.fullmatch(r"[acd][A-Za-z0-9]{6}|s[A-Za-z0-9]{6}[.]c", n)]
+assert all(open("tmpd/" + n).read() == "tmpd/" + n for n in ok if n[0] != "d")
+open("made", "w").write("%d %d" % (len(names), len(ok)))
+"""
+
 IDIOMS = {
     "fallocate_modes": (["fallocate"],
                         b"fallocate -p -o 4096 -l 8192 big.bin && fallocate -z -o 0 -l 100 src/mid.bin && "
@@ -107,6 +139,7 @@ IDIOMS = {
                               b"%s -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"sd/sk\")' && rm -rf sd && "
                               b"rm fifo" % PYB,
                               lambda sh: not sh.exists("sd") and not sh.exists("fifo")),
+    "libc_mkstemp_family": ([], b"%s -c '%s'" % (PYB, MKSTEMP), lambda sh: sh.read("made") == b"1600 1600"),
     # an O_APPEND descriptor that writes in place after all: its flag
     # cleared, RWF_NOAPPEND, a shared mapping of a+ (fopen's append-and-read)
     "append_descriptor_writes_in_place": ([], b"%s -c '%s'" % (PYB, APPEND_IN_PLACE),
