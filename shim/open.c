@@ -148,6 +148,16 @@ HOT static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const 
 	return -1;
 }
 
+/* open_read's answer for D/P opened with F: the fd, -1 with errno set, or
+ * -2 (the real open, judged). fopen's read opens so (hooks.c). */
+HIDDEN int open_read_fd(int d, const char *p, int f)
+{
+	char buf[PATH_MAX];
+	const char *abs;
+
+	return open_read(d, p, f, buf, &abs);
+}
+
 /* A read that another function opens (glibc's fopen and freopen open
  * through an internal open no hook sees): judged as open_read judges one,
  * with an O_PATH descriptor closed at once. 0, or the errno the call must
@@ -155,9 +165,7 @@ HOT static int open_read(int d, const char *p, int f, char buf[PATH_MAX], const 
  * would get). */
 HIDDEN int open_read_judge(int d, const char *p)
 {
-	char buf[PATH_MAX];
-	const char *abs;
-	int fd = open_read(d, p, O_PATH | O_CLOEXEC, buf, &abs);
+	int fd = open_read_fd(d, p, O_PATH | O_CLOEXEC);
 
 	if (fd == -1)
 		return errno;

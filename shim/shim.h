@@ -222,6 +222,7 @@ HIDDEN void txn_system_done(uint32_t key, int status);
  * guard_write returns 1 for a path that is written but not journaled. */
 HIDDEN void guard_init(bool first);
 HIDDEN int open_read_judge(int d, const char *p);
+HIDDEN int open_read_fd(int d, const char *p, int f);
 HIDDEN bool guard_active(void);        /* enforce mode: reads are judged */
 HIDDEN bool guard_audit(void);         /* audit mode: refusals recorded, not made */
 HIDDEN void guard_ready(void);         /* the mapped policy checked (once), before a first record */

@@ -269,6 +269,47 @@ done()
                    "notadir": [False, E.ENOTDIR]}, got
 
 
+FOPEN = r"""
+import ctypes, fcntl
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.fileno.argtypes = libc.fclose.argtypes = [ctypes.c_void_p]
+libc.fgets.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]
+def via_fopen(path, mode):
+    ctypes.set_errno(1234)
+    f = libc.fopen(path.encode(), mode.encode())
+    e = ctypes.get_errno()
+    if not f:
+        return [errno.errorcode.get(e, str(e))]
+    buf = ctypes.create_string_buffer(64)
+    line = libc.fgets(buf, 64, f) and buf.value.decode()
+    cloexec = bool(fcntl.fcntl(libc.fileno(f), fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
+    libc.fclose(f)
+    return [line, cloexec, e]
+for p in sys.argv[1:]:
+    for m in ("r", "re", "rb", "rbe", "rm", "rce", "r,ccs=UTF-8"):
+        out[p + " " + m] = via_fopen(p, m)
+done()
+"""
+
+
+def test_fopen_for_reading_as_glibc_opens(shim):
+    """fopen's read modes open through the shim's judged open and fdopen:
+    the stream reads as glibc's own would (its line, FD_CLOEXEC with "e"
+    and only then, errno untouched on success, errno of a failure), and a
+    hidden file, by its name or a symlink, stays refused."""
+    plain = ["readable", "okl", "okdir/f", "d", "nope", "readable/x", "d/../readable"]
+    hidden = [".env", "lfile", "chain1", "rel/id_x"]
+    got = run_py(shim, FOPEN, *plain, *hidden)
+    want = run_py(shim, FOPEN, *plain, preload=False)
+    assert {k: v for k, v in got.items() if k.split()[0] in plain} == want
+    assert want["readable re"] == ["plain", True, 1234] and want["readable r"] == ["plain", False, 1234]
+    assert want["nope r"] == ["ENOENT"] and not want["d r"][0]
+    wrong = {k: v for k, v in got.items() if k.split()[0] in hidden and v != ["EACCES"]}
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize("flags", ["O_RDONLY | O_TRUNC", "O_WRONLY", "O_RDWR | O_APPEND",
                                    "O_RDONLY | O_CREAT", "O_WRONLY | O_CREAT | O_TRUNC"])
 def test_opens_that_change_are_journaled_and_rewound(shim, flags):
