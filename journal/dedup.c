@@ -98,11 +98,6 @@ static unsigned st_of(uint64_t w) { return (unsigned)(w & 0xff); }
 static uint32_t txn_of(uint64_t w) { return (uint32_t)(w >> 32); }
 static unsigned old_of(uint64_t w) { return (unsigned)((w >> 8) & 0xff); }
 
-__attribute__((weak)) pid_t journal_pid(void)
-{
-	return getpid();
-}
-
 static uint64_t busy_word(unsigned old)
 {
 	return (uint64_t)(uint32_t)journal_pid() << 32 | (uint64_t)old << 8 | DD_BUSY;

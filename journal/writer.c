@@ -320,10 +320,22 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
  * a lane from a live writer it cannot see. */
 static uint64_t owner_id(pid_t pid)
 {
+	/* The first look at /proc/self in a new process costs some 50 us (the
+	 * kernel makes its /proc/PID entries): a fork child takes the
+	 * namespace its parent found, when that parent is who getppid(2)
+	 * names (a parent in another namespace is 0 there). Racing threads
+	 * write the same word. */
+	static uint64_t known;  /* ns << 32 | the pid that found it */
+	uint64_t k = __atomic_load_n(&known, __ATOMIC_RELAXED), ns;
 	struct stat st;
-	uint64_t ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
 
-	return ns << 32 | (uint32_t)pid;
+	if (k && ((uint32_t)k == (uint32_t)pid || (uint32_t)getppid() == (uint32_t)k))
+		ns = k >> 32;
+	else
+		ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
+	k = ns << 32 | (uint32_t)pid;
+	__atomic_store_n(&known, k, __ATOMIC_RELAXED);
+	return k;
 }
 
 /* The lane's owner O holds it no more: gone from this namespace, or this
@@ -416,7 +428,7 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	g->s = s;
 	g->fd = -1;
 	g->lane = -1;
-	g->pid = getpid();
+	g->pid = journal_pid();
 	logfd = jsession_logfd(s);      /* made here, in a JI_LAZYDIRS session */
 	if (logfd < 0)
 		return logfd;
