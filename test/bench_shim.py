@@ -66,10 +66,11 @@ def micro(tmp):
     with open(target, "wb") as f:
         f.write(b"x" * 8192)
     for op, n, label in (("open", 40000, "read-only open+close"), ("stat", 40000, "stat"),
-                         ("read", 40000, "pread 4 KiB"), ("spawn", 60, "exec of /bin/true (posix_spawn+wait)")):
+                         ("read", 40000, "pread 4 KiB"), ("spawn", 60, "exec of /bin/true (posix_spawn+wait)"),
+                         ("forkexec", 60, "fork+exec of /bin/true (as a shell runs one)")):
         plain, shim = alternate(op, n, target, lambda r: shim_env(os.path.join(tmp, f"j-{op}-{r}")))
-        unit = "us" if op == "spawn" else "ns"
-        micro_row(label, plain, shim, unit, 1000.0 if op == "spawn" else 1.0)
+        unit = "us" if op in ("spawn", "forkexec") else "ns"
+        micro_row(label, plain, shim, unit, 1000.0 if unit == "us" else 1.0)
     confinement(tmp, target)
 
 

@@ -2,7 +2,9 @@
  * benchcalls.c - the micro-benchmarks `make bench` runs with and without
  * the shim: `benchcalls OP N [PATH]` does OP N times and prints the
  * nanoseconds per call. OP: open (read-only open+close), stat, read
- * (pread of 4 KiB), spawn (posix_spawn of /bin/true and wait).
+ * (pread of 4 KiB), spawn (posix_spawn of /bin/true and wait), forkexec
+ * (fork, execve of /bin/true in the child, wait: what a shell does for
+ * every command).
  */
 #include <fcntl.h>
 #include <spawn.h>
@@ -34,7 +36,7 @@ int main(int argc, char **argv)
 	int fd = open(path, O_RDONLY);
 
 	if (n <= 0 || fd < 0) {
-		fprintf(stderr, "usage: benchcalls open|stat|read|spawn N [PATH]\n");
+		fprintf(stderr, "usage: benchcalls open|stat|read|spawn|forkexec N [PATH]\n");
 		return 2;
 	}
 	t0 = now_ns();
@@ -53,6 +55,15 @@ int main(int argc, char **argv)
 			if (posix_spawn(&pid, "/bin/true", NULL, NULL, av, environ))
 				return 1;
 			waitpid(pid, NULL, 0);
+		} else if (!strcmp(op, "forkexec")) {
+			char *av[] = { "/bin/true", NULL };
+			pid_t pid = fork();
+			if (pid == 0) {
+				execve("/bin/true", av, environ);
+				_exit(127);
+			}
+			if (pid < 0 || waitpid(pid, NULL, 0) != pid)
+				return 1;
 		} else {
 			fprintf(stderr, "benchcalls: unknown op '%s'\n", op);
 			return 2;
