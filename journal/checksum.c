@@ -12,7 +12,6 @@
 #include <sodium.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include "journal.h"
 
 /* CRC-32C (Castagnoli), reflected, table-driven; the table is built at
@@ -108,11 +107,6 @@ void jstat_from(struct jstat *j, const struct stat *st)
 	j->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 	j->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
 	j->blocks = (uint64_t)st->st_blocks;
-}
-
-__attribute__((weak)) pid_t journal_pid(void)
-{
-	return getpid();
 }
 
 int64_t jnow_ns(void)

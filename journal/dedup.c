@@ -1,6 +1,6 @@
 /*
  * dedup.c - copy on first write (DESIGN.md invariant 2). A table in
- * SESSION/dedup2, mapped shared by every process of the session, remembers
+ * SESSION/dedup3, mapped shared by every process of the session, remembers
  * for each (generation, path) the transaction that wrote its last record
  * and at which level, so that later changes in that transaction cost no
  * record. Open addressing (a directory's pages first, see DD_SPP), no
@@ -36,7 +36,8 @@
 #include <unistd.h>
 #include "dedup.h"
 
-#define DD_FILE   "dedup2"      /* "dedup" had the slots of one flat array */
+#define DD_FILE   "dedup3"      /* "dedup" had the slots of one flat array,
+                                   "dedup2" a directory's page at each generation */
 #define DD_SIZE   (4u << 20)    /* allocated whole */
 #define DD_PAGE   4096u         /* page 0: unused (older tables kept the session's salt there) */
 #define DD_PAGES  (DD_SIZE / DD_PAGE - 1)
@@ -100,7 +101,7 @@ static unsigned old_of(uint64_t w) { return (unsigned)((w >> 8) & 0xff); }
 
 static uint64_t busy_word(unsigned old)
 {
-	return (uint64_t)(uint32_t)journal_pid() << 32 | (uint64_t)old << 8 | DD_BUSY;
+	return (uint64_t)(uint32_t)getpid() << 32 | (uint64_t)old << 8 | DD_BUSY;
 }
 
 uint64_t dedup_generation(struct jsession *s)
@@ -113,7 +114,7 @@ void dedup_bump(struct jsession *s)
 	__atomic_add_fetch(&s->ctr[2], 1, __ATOMIC_SEQ_CST);
 }
 
-/* Create SESSION/dedup2 whole: allocated under a temporary name (a page
+/* Create SESSION/dedup3 whole: allocated under a temporary name (a page
  * fault on a sparse shared mapping of a full disk would be a SIGBUS in the
  * host), then linked into place; losing the race to another process is
  * fine. Returns an open descriptor or -errno. */
@@ -138,7 +139,7 @@ static int create_table(struct jsession *s)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Map SESSION/dedup2, creating it on first use. NULL when it cannot be had. */
+/* Map SESSION/dedup3, creating it on first use. NULL when it cannot be had. */
 static uint8_t *map_table(struct jsession *s)
 {
 	struct stat st;

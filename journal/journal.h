@@ -316,9 +316,5 @@ uint32_t jcrc32c(uint32_t crc, const void *p, size_t n);
 void jhash(uint8_t out[32], const void *a, size_t an, const void *b, size_t bn);
 void jstat_from(struct jstat *j, const struct stat *st);
 int64_t jnow_ns(void);
-/* This process's pid, as the shared table's busy words name it: getpid(),
- * unless the program linked with the journal keeps its own (the shim's
- * costs no system call: state.c). */
-pid_t journal_pid(void);
 
 #endif

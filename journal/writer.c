@@ -323,13 +323,15 @@ static uint64_t owner_id(pid_t pid)
 	/* The first look at /proc/self in a new process costs some 50 us (the
 	 * kernel makes its /proc/PID entries): a fork child takes the
 	 * namespace its parent found, when that parent is who getppid(2)
-	 * names (a parent in another namespace is 0 there). Racing threads
-	 * write the same word. */
+	 * names (a parent in another namespace is 0 there; a finder of pid 1
+	 * is not trusted: its child in a namespace of its own is pid 1 too,
+	 * and that child's children name a parent 1). Racing threads write
+	 * the same word. */
 	static uint64_t known;  /* ns << 32 | the pid that found it */
 	uint64_t k = __atomic_load_n(&known, __ATOMIC_RELAXED), ns;
 	struct stat st;
 
-	if (k && ((uint32_t)k == (uint32_t)pid || (uint32_t)getppid() == (uint32_t)k))
+	if (k && (uint32_t)k != 1 && ((uint32_t)k == (uint32_t)pid || (uint32_t)getppid() == (uint32_t)k))
 		ns = k >> 32;
 	else
 		ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
@@ -428,7 +430,7 @@ int jseg_open(struct jseg *g, struct jsession *s, char *const *argv)
 	g->s = s;
 	g->fd = -1;
 	g->lane = -1;
-	g->pid = journal_pid();
+	g->pid = getpid();
 	logfd = jsession_logfd(s);      /* made here, in a JI_LAZYDIRS session */
 	if (logfd < 0)
 		return logfd;

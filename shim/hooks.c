@@ -942,18 +942,19 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 	}
 #include "hooks.def"
 
-/* The open flags of a read-only MODE that fdopen takes as fopen does ("r",
- * with b, e, m or x), or -1: another mode, fopen's own. */
+/* The open flags of a read-only MODE that fdopen takes as fopen does ("r"
+ * and at most three of b, e, m: fdopen reads four characters of a mode,
+ * fopen more), or -1: another mode, fopen's own ("rx" opens with O_EXCL). */
 static int fopen_read_flags(const char *m)
 {
 	int f = O_RDONLY;
 
-	if (!m || m[0] != 'r')
+	if (!m || m[0] != 'r' || strlen(m) > 4)
 		return -1;
 	for (m++; *m; m++) {
 		if (*m == 'e')
 			f |= O_CLOEXEC;
-		else if (*m != 'b' && *m != 'm' && *m != 'x')
+		else if (*m != 'b' && *m != 'm')
 			return -1;
 	}
 	return f;

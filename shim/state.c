@@ -299,13 +299,6 @@ HIDDEN pid_t shim_pid(void)
 	return my_pid ? my_pid : (my_pid = getpid());
 }
 
-/* journal.h: the pid the shared table's busy words name (a vfork child
- * has its own, and shares my_pid with its parent) */
-HIDDEN pid_t journal_pid(void)
-{
-	return txn_vfork_child() ? getpid() : shim_pid();
-}
-
 HIDDEN int shim_segment(struct jseg **g)
 {
 	pid_t pid = shim_pid();

@@ -276,6 +276,7 @@ libc.fopen.restype = ctypes.c_void_p
 libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
 libc.fileno.argtypes = libc.fclose.argtypes = [ctypes.c_void_p]
 libc.fgets.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]
+libc.fgets.restype = ctypes.c_void_p
 def via_fopen(path, mode):
     ctypes.set_errno(1234)
     f = libc.fopen(path.encode(), mode.encode())
@@ -288,7 +289,7 @@ def via_fopen(path, mode):
     libc.fclose(f)
     return [line, cloexec, e]
 for p in sys.argv[1:]:
-    for m in ("r", "re", "rb", "rbe", "rm", "rce", "r,ccs=UTF-8"):
+    for m in ("r", "re", "rb", "rbe", "rm", "rx", "rbme", "rbmee", "rce", "r,ccs=UTF-8"):
         out[p + " " + m] = via_fopen(p, m)
 done()
 """

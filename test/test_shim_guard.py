@@ -28,7 +28,7 @@ def shim(populated):
 
 def journal_state(journal):
     """rel -> (type, mode, content or size) for every entry of the journal;
-    dedup2, shared (seq and locks in older sessions: tables changed in place)
+    dedup3, shared (seq and locks in older sessions: tables changed in place)
     by size only."""
     out = {}
     for top, dirs, files in os.walk(journal):
@@ -36,7 +36,7 @@ def journal_state(journal):
             path = os.path.join(top, name)
             rel = os.path.relpath(path, journal)
             st = os.lstat(path)
-            if not stat.S_ISREG(st.st_mode) or rel in (b"dedup", b"dedup2", b"shared", b"seq", b"locks"):
+            if not stat.S_ISREG(st.st_mode) or rel in (b"dedup", b"dedup2", b"dedup3", b"shared", b"seq", b"locks"):
                 out[rel] = (stat.S_IFMT(st.st_mode), st.st_mode, st.st_size)
             else:
                 with open(path, "rb") as f:

@@ -50,6 +50,9 @@ import ctypes, fcntl, os, re
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mkdtemp.restype = ctypes.c_char_p
 os.mkdir("tmpd")
+b = ctypes.create_string_buffer(b"tmpd/pXXXXXX")    # the parent first: each child goes on from its sequence
+os.close(libc.mkstemp(b))
+os.unlink(b.value)
 kids = []
 for k in range(4):
     pid = os.fork()

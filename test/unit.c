@@ -1440,7 +1440,7 @@ static void test_dedup_one_directory_past_its_page(void **state)
 	for (int i = 0; i < N; i++)         /* another generation starts afresh */
 		assert_false(claim(&s, 7, gen + 1, i, true));
 	jsession_close(&s);
-	snprintf(path, sizeof(path), "%s/dedup2", sdir());
+	snprintf(path, sizeof(path), "%s/dedup3", sdir());
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_size, 4 << 20);
 }
