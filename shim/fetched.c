@@ -118,9 +118,30 @@ static void stdin_of_carrier(void)
 		sources[nsources++] = 0, carried = true;
 }
 
+/* Whether the kernel's name of the program (/proc/self/exe) may end in
+ * another name than EXECFN, the path the exec was given: when that is a
+ * symlink (to curl), a script (the kernel passes its path on as argv[1],
+ * or argv[2] after the #! line's argument, and runs the interpreter), or
+ * not a path that can be looked at (none, relative to a directory since
+ * left, /dev/fd/N of fexecve). Else the readlink is not needed: the first
+ * look into /proc costs a new process tens of microseconds, and every
+ * program that closes a file got here. */
+static bool exe_differs(const char *execfn)
+{
+	char one;
+	char *const *a = shim.argv;
+
+	if (!execfn || execfn[0] != '/' || !strncmp(execfn, "/dev/fd/", 8) || !strncmp(execfn, "/proc/", 6))
+		return true;
+	if (a[0] && a[1] && (!strcmp(a[1], execfn) || (a[2] && !strcmp(a[2], execfn))))
+		return true;
+	return readlink(execfn, &one, 1) >= 0 || errno != EINVAL;
+}
+
 static int kind(void)
 {
 	if (__builtin_expect(fetched_self < 0, 0)) {
+		const char *execfn = (const char *)getauxval(AT_EXECFN);
 		char exe[PATH_MAX];
 		ssize_t n;
 		struct stat st;
@@ -129,8 +150,8 @@ static int kind(void)
 		if (!shim.argv)         /* a library's constructor before ours (libselinux's) */
 			return NEITHER;
 		fetched_self = NEITHER;  /* a close while the policy is read is not a download */
-		k = named((const char *)getauxval(AT_EXECFN));
-		if (k == NEITHER) {
+		k = named(execfn);
+		if (k == NEITHER && exe_differs(execfn)) {
 			n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 			if (n <= 0)
 				return NEITHER;

@@ -193,6 +193,12 @@ def test_real_curl_through_a_symlink(shim):
     proc = shim.sh("bash s1.sh", rc=None, env=env, refusals_ok=True)
     assert proc.returncode != 0 and b"s1.sh was fetched from the network (by curl)" in proc.stderr, proc.stderr
     assert not shim.exists("ran.marker")
+    # by an absolute path (the exec's own name is then looked at, not
+    # /proc/self/exe, unless it is a symlink), and through a symlink to it
+    shim.sh(b'ln -s "$PWD/dl" dl2 && "$PWD/dl2" -s -o s2.sh file://' + src, env=env)
+    assert mark_of(shim, "s2.sh") == b"curl"
+    shim.sh(b'/usr/bin/curl -s -o s3.sh file://' + src, env=env)
+    assert mark_of(shim, "s3.sh") == b"curl"
 
 
 def test_journal_files_carry_no_mark(shim):
