@@ -31,10 +31,17 @@
  *                        captures a path whose last record is another
  *                        transaction's (ends the shim's per-thread answers).
  *                        Bytes 48..143 and 144..239: 12 u64 slots each
- *                        (slot inode % 12) of the pipes that fetchers
- *                        write and that interpreters read their program
- *                        from, by inode: the shim's fetch-and-run check of
- *                        a pipeline process by process.
+ *                        of the pipes that fetchers write and that
+ *                        interpreters read their program from, by inode:
+ *                        the shim's fetch-and-run check of a pipeline
+ *                        process by process. Each table is a ring of the
+ *                        last 12 pipes put in it, looked up whole: the u32
+ *                        at byte 240 (the fetchers') and 244 (the
+ *                        interpreters') counts the pipes put in (slot
+ *                        count % 12), so that a pipe is pushed out only by
+ *                        12 newer ones, not by one whose inode falls on
+ *                        its slot (a table by inode % 12 lost `curl URL |
+ *                        tar x` when tar's own stdout pipe came second).
  *                        Bytes 256..271: the policy's slot (JI_SHARED).
  *                        Bytes 272..511: 60 u32 slots where a process
  *                        whose call the policy refused leaves its

@@ -89,6 +89,7 @@ struct jpolicy_slot { uint64_t owner, len; };
 #define JL_FETCH_PIPES_AT 48      /* pipes fetchers write (format.h) */
 #define JL_RUN_PIPES_AT   144     /* pipes interpreters read their program from */
 #define JL_PIPE_SLOTS     12
+#define JL_PIPES_NEXT     240     /* u32 each: the next slot of the two tables (a ring, format.h) */
 #define JL_POLICY_SLOT    256
 #define JL_REFUSED_AT     272     /* the slots of transactions with a refusal (format.h) */
 #define JL_REFUSED_SLOTS  60

@@ -541,12 +541,35 @@ static int refuse_fetched(const char *file, char *const argv[], const char *what
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }
 
-/* The session's table of pipes at byte AT of its counters' page:
- * JL_FETCH_PIPES_AT (fetchers write them), JL_RUN_PIPES_AT (interpreters
- * read their program from them); slot inode % JL_PIPE_SLOTS. */
-static uint64_t *pipe_table(size_t at)
+/* The session's tables of pipes, on its counters' page (format.h): TAB 0
+ * the pipes fetchers write (JL_FETCH_PIPES_AT), 1 those interpreters read
+ * their program from (JL_RUN_PIPES_AT). Each a ring of the last
+ * JL_PIPE_SLOTS pipes put in, looked up whole. Sequentially consistent:
+ * a fetcher puts its pipe in, then looks for it among the interpreters',
+ * and an interpreter the other way round, so that of two that start at
+ * once one sees the other. */
+static uint64_t *pipe_table(int tab)
 {
-	return (uint64_t *)(void *)((char *)shim.s.ctr + at);
+	return (uint64_t *)(void *)((char *)shim.s.ctr + (tab ? JL_RUN_PIPES_AT : JL_FETCH_PIPES_AT));
+}
+
+static bool pipe_has(int tab, uint64_t ino)
+{
+	uint64_t *t = pipe_table(tab);
+
+	for (int i = 0; i < JL_PIPE_SLOTS; i++)
+		if (__atomic_load_n(&t[i], __ATOMIC_SEQ_CST) == ino)
+			return true;
+	return false;
+}
+
+static void pipe_put(int tab, uint64_t ino)
+{
+	uint32_t *next = (uint32_t *)(void *)((char *)shim.s.ctr + JL_PIPES_NEXT) + tab;
+
+	if (!pipe_has(tab, ino))
+		__atomic_store_n(&pipe_table(tab)[__atomic_fetch_add(next, 1, __ATOMIC_SEQ_CST) % JL_PIPE_SLOTS], ino,
+				 __ATOMIC_SEQ_CST);
 }
 
 /* A carrier (cat, gunzip ...) about to run with a download as the
@@ -581,7 +604,6 @@ static bool carries_stdin(const char *file, char *const argv[])
 static int guard_stream(const char *file, char *const argv[])
 {
 	struct stat st;
-	uint64_t *mine, *theirs;
 	char by[32];
 	int fd, role = policy_stream_role(pol, file, argv, &fd);
 
@@ -598,10 +620,8 @@ static int guard_stream(const char *file, char *const argv[])
 	}
 	if (!S_ISFIFO(st.st_mode) || (!shim.session_open && shim_segment(&(struct jseg *){ NULL })))
 		return 0;
-	mine = pipe_table(role == PS_FETCHER ? JL_FETCH_PIPES_AT : JL_RUN_PIPES_AT);
-	theirs = pipe_table(role == PS_FETCHER ? JL_RUN_PIPES_AT : JL_FETCH_PIPES_AT);
-	__atomic_store_n(&mine[st.st_ino % JL_PIPE_SLOTS], (uint64_t)st.st_ino, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&theirs[st.st_ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) != (uint64_t)st.st_ino)
+	pipe_put(role == PS_FETCHER ? 0 : 1, (uint64_t)st.st_ino);
+	if (!pipe_has(role == PS_FETCHER ? 1 : 0, (uint64_t)st.st_ino))
 		return 0;
 	return refuse("exec", file ? file : argv[0], NULL, argv,
 		      role == PS_FETCHER ? "fetch-and-run: an interpreter runs what this fetcher writes to it"
@@ -665,7 +685,6 @@ HIDDEN bool guard_carrier(const char *name)
  * refused; or this is, if the interpreter came first. PATH: the download. */
 HIDDEN int guard_carried_pipe(uint64_t ino, const char *path, const char *by)
 {
-	uint64_t *fetched, *run;
 	char why[PATH_MAX + 96];
 	bool busy = shim_busy;  /* (called outside the hooks: the session's files and a refusal's record are ours) */
 	int err = 0;
@@ -675,10 +694,8 @@ HIDDEN int guard_carried_pipe(uint64_t ino, const char *path, const char *by)
 		return 0;
 	shim_busy = true;
 	if (shim_session()) {
-		fetched = pipe_table(JL_FETCH_PIPES_AT);
-		run = pipe_table(JL_RUN_PIPES_AT);
-		__atomic_store_n(&fetched[ino % JL_PIPE_SLOTS], ino, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&run[ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) == ino) {
+		pipe_put(0, ino);
+		if (pipe_has(1, ino)) {
 			snprintf(why, sizeof(why), "fetch-and-run: an interpreter runs what this passes on of %s "
 				 "(fetched by %s)", path, by);
 			err = refuse("read", path, NULL, NULL, why, EPERM);
@@ -699,7 +716,7 @@ HIDDEN bool guard_fetch_pipe(uint64_t ino)
 	shim_busy = true;       /* (as above) */
 	open = shim_session();
 	shim_busy = busy;
-	return open && __atomic_load_n(&pipe_table(JL_FETCH_PIPES_AT)[ino % JL_PIPE_SLOTS], __ATOMIC_SEQ_CST) == ino;
+	return open && pipe_has(0, ino);
 }
 
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[])

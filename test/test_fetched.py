@@ -181,6 +181,20 @@ def test_fetcher_writing_elsewhere_marks_not_its_stdout(shim):
     assert shim.exists("ran.marker")
 
 
+def test_pipes_of_many_pipelines_are_all_known(shim):
+    """curl URL.tar | tar xf -, 24 times in one call, with tar's standard
+    output a pipe of its own (the test's): every unpacked file is marked.
+    The table of fetchers' pipes kept a pipe at slot inode % 12, and tar
+    (a carrier reading its standard input) put its own stdout pipe there
+    after curl's: one pipeline in twelve or so lost its mark."""
+    env = run_env(shim)
+    n = 24
+    shim.sh(f"for i in $(seq {n}); do mkdir d$i && (cd d$i && curl -s {URL}.tar | tar xf -) || exit 1; done",
+            env=env)
+    unmarked = [i for i in range(1, n + 1) if mark_of(shim, f"d{i}/inst.sh") is None]
+    assert not unmarked, unmarked
+
+
 def test_real_curl_through_a_symlink(shim):
     """The real curl (a file:// URL: no network), run through a symlink of
     another name: its download is marked and refused in the next call."""
