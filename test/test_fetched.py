@@ -215,6 +215,41 @@ def test_real_curl_through_a_symlink(shim):
     assert mark_of(shim, "s3.sh") == b"curl"
 
 
+def test_curl_as_a_scripts_interpreter(shim):
+    """curl run by the kernel as a script's interpreter (a config file
+    made a program: #!/usr/bin/curl -K), and through a script whose
+    interpreter is that script: its download is marked either way (the
+    exec's own path names the script, /proc/self/exe curl). And a carrier
+    the same way (#!/bin/cat), whose argv getopt reorders before its first
+    open: its copy of a download is marked."""
+    src = os.path.join(shim.base, b"remote.sh")
+    with open(src, "w") as f:
+        f.write("touch ran.marker\n")
+    env = shim.env()
+    for name, out in ((b"c1", b"k1.sh"), (b"B", b"k2.sh")):
+        shim.write(name, b"#!/usr/bin/curl -K\nsilent\nurl = \"file://" + src + b"\"\noutput = \"" + out +
+                   b"\"\n", mode=0o755)
+    shim.sh('"$PWD/c1"', env=env)
+    # (curl -K B A: A is a URL to curl too, a malformed one: exit 3)
+    shim.sh('printf "#!%s/B\\n" "$PWD" > A && chmod +x A && "$PWD/A"', rc=3, env=env)
+    assert mark_of(shim, "k1.sh") == b"curl" and mark_of(shim, "k2.sh") == b"curl"
+    proc = shim.sh("bash k2.sh", rc=None, env=env, refusals_ok=True)
+    assert proc.returncode != 0 and b"fetch-and-run" in proc.stderr and not shim.exists("ran.marker")
+    shim.write("S", b"#!/bin/cat\n", mode=0o755)
+    shim.sh('"$PWD/S" k1.sh -u -u > x.sh', env=env)
+    assert mark_of(shim, "x.sh") is not None
+
+
+def test_first_calls_keep_errno(shim):
+    """A program's first file calls, which look at what program it is
+    (fetched.c: a fetcher, a carrier?), leave errno alone when they
+    succeed; run by its absolute path and by a relative one."""
+    exe = shim.gcc("errnokeep", "errnokeep.c")
+    for run in (exe, b"./bin/errnokeep"):
+        proc = shim.sh(b"cd " + shim.base + b" && " + run + b" /etc/hostname " + shim.p("e.out"))
+        assert proc.returncode == 0 and proc.stdout == b"", proc.stdout
+
+
 def test_journal_files_carry_no_mark(shim):
     """The fetcher's own journal segment and the session's files are the
     shim's, not downloads."""
