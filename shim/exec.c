@@ -376,6 +376,19 @@ static bool runs_git(const char *path, char *const argv[])
 	return prog && !strcmp(slash ? slash + 1 : prog, "git");
 }
 
+/* access(P, F_OK)'s errno, or 0: in a shell's fork child, without the
+ * page of libc's code the wrapper is on. */
+static int missing(const char *p)
+{
+#ifdef SHIM_RAW
+	long r = shim_raw6(SYS_faccessat, AT_FDCWD, (long)p, F_OK, 0, 0, 0);
+
+	return r < 0 ? (int)-r : 0;
+#else
+	return access(p, F_OK) < 0 ? errno : 0;
+#endif
+}
+
 /* 0: not ours to look at (call the real function); 1: go on; -1: refused
  * (errno set). ENVP: the environment the program gets. A vfork child runs
  * with its guard up (its other hooks pass through) and keeps it up. */
@@ -391,8 +404,8 @@ static int exec_enter(struct hook_ctx *c, const char *path, bool search, char *c
 	 * turn: a program that is not there fails as the exec would (it
 	 * cannot have appeared in between: nothing was exec'd), unjudged,
 	 * unrecorded, so that a refusal is said and recorded once */
-	if (path && strchr(path, '/') && access(path, F_OK) < 0 && (errno == ENOENT || errno == ENOTDIR))
-		err = errno;
+	if (path && strchr(path, '/') && ((err = missing(path)) == ENOENT || err == ENOTDIR))
+		;
 	else {  /* "(fexecve)": a file with no path, judged by its argv */
 		bool was = kind_keep_off;
 		const char *file = path && path[0] == '(' ? NULL : path;

@@ -316,8 +316,16 @@ HIDDEN void fetched_exit(void)
 HIDDEN bool fetched_marked(const char *path, int fd, char by[32])
 {
 	int e = errno;
+#ifdef SHIM_RAW   /* (an exec's check in a shell's fork child: shim.h) */
+	ssize_t n = path ? shim_raw6(SYS_getxattr, (long)path, (long)MARK, (long)by, 31, 0, 0)
+			 : fgetxattr(fd, MARK, by, 31);
+	if (n < 0 && !path)
+		n = -errno;
+	bool marked = n >= 0 || n == -ERANGE;
+#else
 	ssize_t n = path ? getxattr(path, MARK, by, 31) : fgetxattr(fd, MARK, by, 31);
 	bool marked = n >= 0 || errno == ERANGE;
+#endif
 
 	if (n <= 0)     /* no snprintf: three pages of libc in a fork child */
 		n = marked ? (ssize_t)strlen(strcpy(by, "a fetcher")) : 0;

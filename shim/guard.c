@@ -95,20 +95,8 @@ static void load_and_publish(void)
  * functions with dlsym. Elsewhere, glibc's own names of open and close,
  * which no hook takes.
  */
-#if defined(__x86_64__)
-#include <sys/syscall.h>
-
-static long raw6(long nr, long a, long b, long c, long d, long e, long f)
-{
-	register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
-	long r;
-
-	__asm__ volatile("syscall"
-			 : "=a"(r)
-			 : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-			 : "rcx", "r11", "memory");
-	return r;
-}
+#if defined(SHIM_RAW)
+#define raw6 shim_raw6
 
 static int sys_open(const char *p, int flags)
 {

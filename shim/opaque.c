@@ -99,11 +99,27 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
  * (the program headers and the notes in them); 1 KiB is read first, which
  * holds them in most programs, and the rest only when the answer could
  * depend on it. */
-static int opaque_kind(const char *path, struct stat *st)
+/* The rest of the first 8 KiB of FD (HEAD: its first 1024 bytes), when
+ * those decide. Apart, so that its buffer is on the stack only then: an
+ * exec in a shell's fork child writes every new page of stack it reaches
+ * (a page fault each). */
+static __attribute__((noinline)) int opaque_kind_more(int fd, const unsigned char head[1024], int kind)
 {
 	unsigned char buf[8192];
 	bool short_read;
-	ssize_t n, more;
+	ssize_t more;
+
+	memcpy(buf, head, 1024);
+	if ((more = pread(fd, buf + 1024, sizeof(buf) - 1024, 1024)) > 0)
+		kind = elf_kind(buf, (size_t)(1024 + more), &short_read);
+	return kind;
+}
+
+static int opaque_kind(const char *path, struct stat *st)
+{
+	unsigned char buf[1024];
+	bool short_read;
+	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC), kind;
 
 	st->st_ino = 0;
@@ -122,10 +138,10 @@ static int opaque_kind(const char *path, struct stat *st)
 		close(fd);
 		return PO_SETUID;
 	}
-	n = pread(fd, buf, 1024, 0);
+	n = pread(fd, buf, sizeof(buf), 0);
 	kind = elf_kind(buf, n > 0 ? (size_t)n : 0, &short_read);
-	if (short_read && n == 1024 && (more = pread(fd, buf + n, sizeof(buf) - (size_t)n, n)) > 0)
-		kind = elf_kind(buf, (size_t)(n + more), &short_read);
+	if (short_read && n == (ssize_t)sizeof(buf))
+		kind = opaque_kind_more(fd, buf, kind);
 	close(fd);
 	return kind;
 }
@@ -497,17 +513,14 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 /* Before an exec of FILE (ARGV): 0 to go on, or the errno that refuses.
  * KNOWN (if not NULL): the program's file when FILE (else ARGV[0]) names it
  * by a path, as policy_exec_stat found it (guard.c). */
-HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
-			     const struct stat *known)
+/* PATH is a program of KIND the shim cannot see into: refused, or let
+ * through with a warning. Apart from opaque_exec_known, so that its
+ * buffer is on the stack only for such a program. */
+static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, const char *path, int kind,
+						    char *const argv[])
 {
-	char path[PATH_MAX], why[PATH_MAX + 160];
-	int kind;
+	char why[PATH_MAX + 160];
 
-	if (!shim_find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
-		return 0;
-	kind = kind_of(path, strchr(file ? file : argv[0], '/') ? known : NULL);
-	if (kind < 0)
-		return 0;
 	if (policy_opaque(pol, kind) == PO_REFUSE) {
 		snprintf(why, sizeof(why), "[programs] %s: the shim cannot see into %s",
 			 kind == PO_STATIC ? "static" : kind == PO_SETUID ? "setuid" : "go", kind_name[kind]);
@@ -522,6 +535,18 @@ HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *c
 	if (write(2, why, strlen(why)) < 0)
 		return 0;
 	return 0;
+}
+
+HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
+			     const struct stat *known)
+{
+	char path[PATH_MAX];
+	int kind;
+
+	if (!shim_find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
+		return 0;
+	kind = kind_of(path, strchr(file ? file : argv[0], '/') ? known : NULL);
+	return kind < 0 ? 0 : opaque_verdict(pol, path, kind, argv);
 }
 
 HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[])

@@ -34,6 +34,27 @@
 #include <utime.h>
 #include "../journal/journal.h"
 
+/* Straight to the kernel (x86-64), for the few calls of the session's
+ * mapping at start and of an exec in a shell's fork child: through libc,
+ * a wrapper's first call in a process costs a page of libc's code (a fork
+ * child maps none of it yet) and often a lazy binding, and some names are
+ * the shim's own hooks. The result, or -errno. */
+#if defined(__x86_64__)
+#include <sys/syscall.h>
+static inline long shim_raw6(long nr, long a, long b, long c, long d, long e, long f)
+{
+	register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
+	long r;
+
+	__asm__ volatile("syscall"
+			 : "=a"(r)
+			 : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return r;
+}
+#define SHIM_RAW 1
+#endif
+
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
 /* The code of a read-only open and its close, kept together in .text.hot
