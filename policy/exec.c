@@ -82,15 +82,14 @@ static void search_path(char out[PATH_MAX], const char *file, const char *path_v
  * saves the caller a lookup of its own: one system call for a program
  * exec'd by its path. A relative target is taken from the link's own
  * directory, as the kernel takes it. */
-static const char *follow(char out[PATH_MAX], const char *p, struct stat *st)
+static __attribute__((noinline)) const char *follow_links(char out[PATH_MAX], const char *p, struct stat *st,
+							 bool known_link)
 {
 	char t[PATH_MAX];
 	const char *cur = p;
 
-	if (st)
-		st->st_ino = 0;
 	for (int hops = 0; hops < 8; hops++) {
-		if (st) {
+		if (st && !(hops == 0 && known_link)) {
 			if (lstat(cur, st) < 0) {
 				st->st_ino = 0;
 				return cur;
@@ -118,6 +117,24 @@ static const char *follow(char out[PATH_MAX], const char *p, struct stat *st)
 		cur = out;
 	}
 	return cur;
+}
+
+/* follow_links, whose buffer for a link's target is on the stack only for
+ * a symlink: an exec in a shell's fork child writes every new page of
+ * stack it reaches (a page fault each), and most programs are files. */
+static const char *follow(char out[PATH_MAX], const char *p, struct stat *st)
+{
+	if (!st)
+		return follow_links(out, p, NULL, false);
+	st->st_ino = 0;
+	if (lstat(p, st) < 0) {
+		st->st_ino = 0;
+		return p;
+	}
+	if (!S_ISLNK(st->st_mode))
+		return p;
+	st->st_ino = 0;
+	return follow_links(out, p, st, true);
 }
 
 static void add_name(struct prog *pg, const char *p)

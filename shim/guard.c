@@ -520,8 +520,9 @@ static bool refused_only_inside(const char *file, char *const argv[], const char
 }
 
 /* Refuse the exec of FILE (ARGV) that runs WHAT, which the fetcher BY
- * wrote (fetched.c). */
-static int refuse_fetched(const char *file, char *const argv[], const char *what, const char *by)
+ * wrote (fetched.c). Not inlined: its buffer would deepen guard_exec's
+ * frame, each new page of which an exec in a fork child faults in. */
+static __attribute__((noinline)) int refuse_fetched(const char *file, char *const argv[], const char *what, const char *by)
 {
 	char why[PATH_MAX + 96];
 
@@ -707,24 +708,37 @@ HIDDEN bool guard_fetch_pipe(uint64_t ino)
 	return open && pipe_has(0, ino);
 }
 
+static int guard_exec_at(const char *file, char *const argv[]);
+
+/* FILE named without a directory: execvp("git", {"ls", ...}) runs git,
+ * the program as PATH finds it, whatever argv[0] says (one not found fails
+ * to exec); execve("reboot", ...) runs ./reboot. Apart from guard_exec,
+ * so that its buffer is on the stack only then (a shell's fork child
+ * execs by a path). */
+static __attribute__((noinline)) int guard_exec_named(const char *file, bool search, char *const argv[])
+{
+	char found[PATH_MAX];
+
+	if (search)
+		file = shim_find_program(file, found) ? found : NULL;
+	else if (strlen(file) + 3 <= sizeof(found))
+		file = strcat(strcpy(found, "./"), file);
+	return guard_exec_at(file, argv);
+}
+
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
 {
-	const char *why = NULL;
-	char found[PATH_MAX];
-	struct stat st;
-
 	ready();
 	if (mode == PM_OFF || !argv)
 		return 0;
-	/* execvp("git", {"ls", ...}) runs git: the program is FILE as PATH
-	 * finds it, whatever argv[0] says; one not found fails to exec.
-	 * execve("reboot", ...) runs ./reboot */
-	if (file && !strchr(file, '/')) {
-		if (search)
-			file = shim_find_program(file, found) ? found : NULL;
-		else if (strlen(file) + 3 <= sizeof(found))
-			file = strcat(strcpy(found, "./"), file);
-	}
+	return file && !strchr(file, '/') ? guard_exec_named(file, search, argv) : guard_exec_at(file, argv);
+}
+
+static int guard_exec_at(const char *file, char *const argv[])
+{
+	const char *why = NULL;
+	struct stat st;
+
 	if (policy_exec_stat(pol, file, argv, shim_getenv("PATH"), &why, &st) != PV_DENY ||
 	    refused_only_inside(file, argv, why)) {
 		int err = guard_stream(file, argv);
