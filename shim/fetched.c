@@ -120,30 +120,24 @@ static void stdin_of_carrier(void)
 
 /* Whether the kernel's name of the program (/proc/self/exe) may end in
  * another name than EXECFN, the path the exec was given: when that is a
- * symlink (to curl: its open with O_NOFOLLOW fails ELOOP), a script (#!:
- * the kernel ran its interpreter, maybe through further scripts, and a
- * program may since have reordered its argv), or not a file that can be
- * looked at (none, relative to a directory since left, /dev/fd/N of
- * fexecve, one it cannot read). Else the readlink is not needed: the first
- * look into /proc costs a new process 50-150 us here, three system calls
- * a few, and every program that closes or opens a file got here. errno is
- * kept: this runs inside the hooks of calls that succeed. glibc's own
- * names of open and close, which no hook takes (the shim's would judge
- * and journal its look). */
-extern int __open64(const char *path, int flags, ...);
-extern int __close(int fd);
-
+ * symlink (to curl: readlink of it succeeds), a script (the kernel ran its
+ * interpreter, maybe through further scripts: state.c saw the path among
+ * the arguments), or not a path that can be looked at (none, relative to a
+ * directory since left, /dev/fd/N of fexecve). Else the readlink of
+ * /proc/self/exe is not needed: the first look into /proc costs a new
+ * process 50-150 us here, and every program that closes or opens a file
+ * got here. errno is kept: this runs inside the hooks of calls that
+ * succeed. */
 static bool exe_differs(const char *execfn)
 {
-	char head[2];
-	int e = errno, fd;
-	bool differs = true;
+	char one;
+	int e = errno;
+	bool differs;
 
-	if (execfn && execfn[0] == '/' && strncmp(execfn, "/dev/fd/", 8) && strncmp(execfn, "/proc/", 6) &&
-	    (fd = __open64(execfn, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)) >= 0) {
-		differs = pread(fd, head, 2, 0) != 2 || (head[0] == '#' && head[1] == '!');
-		__close(fd);
-	}
+	if (shim.execfn_in_argv || !execfn || execfn[0] != '/' || !strncmp(execfn, "/dev/fd/", 8) ||
+	    !strncmp(execfn, "/proc/", 6))
+		return true;
+	differs = readlink(execfn, &one, 1) >= 0 || errno != EINVAL;
 	errno = e;
 	return differs;
 }

@@ -94,11 +94,6 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 	return !interp && eh.e_type == ET_EXEC ? PO_STATIC : go ? PO_GO : -1;
 }
 
-/* What kind of opaque program PATH is, or -1; *ST: the file's identity
- * (st_ino 0 when the file could not be read). The first 8 KiB decide
- * (the program headers and the notes in them); 1 KiB is read first, which
- * holds them in most programs, and the rest only when the answer could
- * depend on it. */
 /* The rest of the first 8 KiB of FD (HEAD: its first 1024 bytes), when
  * those decide. Apart, so that its buffer is on the stack only then: an
  * exec in a shell's fork child writes every new page of stack it reaches
@@ -115,6 +110,11 @@ static __attribute__((noinline)) int opaque_kind_more(int fd, const unsigned cha
 	return kind;
 }
 
+/* What kind of opaque program PATH is, or -1; *ST: the file's identity
+ * (st_ino 0 when the file could not be read). The first 8 KiB decide
+ * (the program headers and the notes in them); 1 KiB is read first, which
+ * holds them in most programs, and the rest only when the answer could
+ * depend on it. */
 static int opaque_kind(const char *path, struct stat *st)
 {
 	unsigned char buf[1024];
@@ -510,9 +510,6 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 	return ok;
 }
 
-/* Before an exec of FILE (ARGV): 0 to go on, or the errno that refuses.
- * KNOWN (if not NULL): the program's file when FILE (else ARGV[0]) names it
- * by a path, as policy_exec_stat found it (guard.c). */
 /* PATH is a program of KIND the shim cannot see into: refused, or let
  * through with a warning. Apart from opaque_exec_known, so that its
  * buffer is on the stack only for such a program. */
@@ -537,6 +534,9 @@ static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, co
 	return 0;
 }
 
+/* Before an exec of FILE (ARGV): 0 to go on, or the errno that refuses.
+ * KNOWN (if not NULL): the program's file when FILE (else ARGV[0]) names it
+ * by a path, as policy_exec_stat found it (guard.c). */
 HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
 			     const struct stat *known)
 {

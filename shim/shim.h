@@ -39,8 +39,8 @@
  * a wrapper's first call in a process costs a page of libc's code (a fork
  * child maps none of it yet) and often a lazy binding, and some names are
  * the shim's own hooks. The result, or -errno. */
-#if defined(__x86_64__)
 #include <sys/syscall.h>
+#if defined(__x86_64__)
 static inline long shim_raw6(long nr, long a, long b, long c, long d, long e, long f)
 {
 	register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
@@ -198,6 +198,7 @@ struct shim_state {
 	bool policy_given;             /* ftsbx run compiled the policy for this root (state.c) */
 	bool txn_fresh;                /* a tool call's child: J_TXN_BEGIN not written yet */
 	char **argv;                   /* this process's argv, from the constructor */
+	bool execfn_in_argv;           /* the exec's path is one of argv[1..]: a script's (fetched.c) */
 	struct jsession s;
 	struct jseg g;
 	bool session_open, seg_open;

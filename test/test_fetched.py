@@ -240,6 +240,23 @@ def test_curl_as_a_scripts_interpreter(shim):
     assert mark_of(shim, "x.sh") is not None
 
 
+def test_script_replaced_before_curls_first_open(shim):
+    """A #!/usr/bin/curl -K script replaced (renamed over) by the same
+    config without its #! line while curl waits in its first open (of
+    OPENSSL_CONF, a FIFO here): its download is marked all the same (the
+    script is known by its path among curl's arguments, taken at start,
+    not by what the file holds by then)."""
+    src = os.path.join(shim.base, b"remote.sh")
+    with open(src, "w") as f:
+        f.write("touch ran.marker\n")
+    cfg = b'silent\nurl = "file://' + src + b'"\noutput = "k.sh"\n'
+    shim.write("s", b"#!/usr/bin/curl -K\n" + cfg, mode=0o755)
+    shim.write("plain", cfg)
+    shim.sh('mkdir h && mkfifo h/f && (OPENSSL_CONF=$PWD/h/f "$PWD/s" & sleep 0.3; mv plain s; '
+            'timeout 10 sh -c ": > h/f"; wait)', env=shim.env(), timeout=60)
+    assert shim.exists("k.sh") and mark_of(shim, "k.sh") == b"curl"
+
+
 def test_first_calls_keep_errno(shim):
     """A program's first file calls, which look at what program it is
     (fetched.c: a fetcher, a carrier?), leave errno alone when they
