@@ -82,6 +82,20 @@ static void search_path(char out[PATH_MAX], const char *file, const char *path_v
  * saves the caller a lookup of its own: one system call for a program
  * exec'd by its path. A relative target is taken from the link's own
  * directory, as the kernel takes it. */
+/* lstat P into ST: whether P is a symlink to follow (ST's st_ino is then
+ * 0, as when P cannot be looked at; a file leaves ST as lstat filled it). */
+static bool is_link(const char *p, struct stat *st)
+{
+	if (lstat(p, st) < 0) {
+		st->st_ino = 0;
+		return false;
+	}
+	if (!S_ISLNK(st->st_mode))
+		return false;
+	st->st_ino = 0;
+	return true;
+}
+
 static __attribute__((noinline)) const char *follow_links(char out[PATH_MAX], const char *p, struct stat *st,
 							 bool known_link)
 {
@@ -89,15 +103,8 @@ static __attribute__((noinline)) const char *follow_links(char out[PATH_MAX], co
 	const char *cur = p;
 
 	for (int hops = 0; hops < 8; hops++) {
-		if (st && !(hops == 0 && known_link)) {
-			if (lstat(cur, st) < 0) {
-				st->st_ino = 0;
-				return cur;
-			}
-			if (!S_ISLNK(st->st_mode))
-				return cur;
-			st->st_ino = 0;
-		}
+		if (st && !(hops == 0 && known_link) && !is_link(cur, st))
+			return cur;
 		ssize_t n = readlink(cur, t, sizeof(t) - 1);
 		if (n <= 0)
 			return cur;
@@ -126,15 +133,7 @@ static const char *follow(char out[PATH_MAX], const char *p, struct stat *st)
 {
 	if (!st)
 		return follow_links(out, p, NULL, false);
-	st->st_ino = 0;
-	if (lstat(p, st) < 0) {
-		st->st_ino = 0;
-		return p;
-	}
-	if (!S_ISLNK(st->st_mode))
-		return p;
-	st->st_ino = 0;
-	return follow_links(out, p, st, true);
+	return is_link(p, st) ? follow_links(out, p, st, true) : p;
 }
 
 static void add_name(struct prog *pg, const char *p)
