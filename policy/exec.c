@@ -76,12 +76,6 @@ static void search_path(char out[PATH_MAX], const char *file, const char *path_v
 	out[0] = 0;
 }
 
-/* Follow the symlinks of P (at most 8): P itself when it is none, else OUT
- * where they lead. ST (if not NULL): the file that ends at (st_ino 0 when
- * not known), asked with lstat, which tells a symlink as readlink does and
- * saves the caller a lookup of its own: one system call for a program
- * exec'd by its path. A relative target is taken from the link's own
- * directory, as the kernel takes it. */
 /* lstat P into ST: whether P is a symlink to follow (ST's st_ino is then
  * 0, as when P cannot be looked at; a file leaves ST as lstat filled it). */
 static bool is_link(const char *p, struct stat *st)
@@ -126,9 +120,15 @@ static __attribute__((noinline)) const char *follow_links(char out[PATH_MAX], co
 	return cur;
 }
 
-/* follow_links, whose buffer for a link's target is on the stack only for
- * a symlink: an exec in a shell's fork child writes every new page of
- * stack it reaches (a page fault each), and most programs are files. */
+/* Follow the symlinks of P (at most 8): P itself when it is none, else OUT
+ * where they lead. ST (if not NULL): the file that ends at (st_ino 0 when
+ * not known), asked with lstat, which tells a symlink as readlink does and
+ * saves the caller a lookup of its own: one system call for a program
+ * exec'd by its path. A relative target is taken from the link's own
+ * directory, as the kernel takes it. The
+ * buffer for a link's target (follow_links) is on the stack only for a
+ * symlink: an exec in a shell's fork child writes every new page of stack
+ * it reaches (a page fault each), and most programs are files. */
 static const char *follow(char out[PATH_MAX], const char *p, struct stat *st)
 {
 	if (!st)

@@ -105,12 +105,13 @@ HIDDEN bool fetched_reads_stdin(const char *prog, char *const argv[])
  * dl.sh) is a source it holds open; a pipe is remembered, to be looked for
  * among fetchers' ones when the carrier writes (curl starts after tar
  * maybe, but before tar has any of its bytes). */
-static void stdin_of_carrier(void)
+static void stdin_of_carrier(const char *prog)
 {
 	struct stat st;
 
-	/* (the program's name as the kernel keeps it: tee writes over its argv[0]) */
-	if (!fetched_reads_stdin((const char *)getauxval(AT_EXECFN), shim.argv) || fstat(0, &st) < 0)
+	/* (PROG: the program's name that made it a carrier, as the kernel
+	 * keeps it: tee writes over its argv[0], and a symlink t to tee is tee) */
+	if (!fetched_reads_stdin(prog, shim.argv) || fstat(0, &st) < 0)
 		return;
 	if (S_ISFIFO(st.st_mode))
 		stdin_pipe = (uint64_t)st.st_ino;
@@ -154,20 +155,21 @@ static int kind(void)
 		if (!shim.argv)         /* a library's constructor before ours (libselinux's) */
 			return NEITHER;
 		fetched_self = NEITHER;  /* a close while the policy is read is not a download */
+		const char *prog = execfn;
 		k = named(execfn);
 		if (k == NEITHER && exe_differs(execfn)) {
 			n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 			if (n <= 0)
 				return NEITHER;
 			exe[n] = 0;
-			k = named(exe);
+			k = named(prog = exe);
 		}
 		if (k == NEITHER)
 			return NEITHER;
 		if (fstat(1, &st) == 0 && S_ISREG(st.st_mode))
 			stdout_then = st.st_size;
 		if (k == CARRIER)
-			stdin_of_carrier();
+			stdin_of_carrier(prog);
 		fetched_self = k;
 	}
 	return fetched_self;

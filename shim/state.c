@@ -513,28 +513,16 @@ STARTUP_TEXT static void start_session(void)
 	 * compiled the policy into it */
 }
 
-/* Whether the path the exec was given (AT_EXECFN, in the auxiliary vector
- * after ENVP's end) is one of ARGV[1..]: the kernel ran a script's
- * interpreter (or binfmt_misc a handler) and passed it the script's path
- * so, at any depth of #! scripts. Taken here, before the program can
- * reorder its argv (getopt) or write over it; fetched.c then asks the
- * kernel's own name of the program. */
-static bool execfn_in_argv(int argc, char **argv, char **envp)
+/* Whether the path the exec was given (AT_EXECFN) is one of ARGV[1..]:
+ * the kernel ran a script's interpreter (or binfmt_misc a handler) and
+ * passed it the script's path so, at any depth of #! scripts. Taken here,
+ * before the program can reorder its argv (getopt) or write over it;
+ * fetched.c then asks the kernel's own name of the program. */
+static bool execfn_in_argv(int argc, char **argv)
 {
-	char **e = envp;
-	const char *fn = NULL;
-	const unsigned long *a;
+	const char *fn = (const char *)getauxval(AT_EXECFN);
 
-	if (!argv || !envp)
-		return true;
-	while (*e)
-		e++;
-	for (a = (const unsigned long *)(void *)(e + 1); a[0] != AT_NULL; a += 2)
-		if (a[0] == AT_EXECFN) {
-			fn = (const char *)a[1];
-			break;
-		}
-	if (!fn)
+	if (!argv || !fn)
 		return true;
 	for (int i = 1; i < argc && argv[i]; i++)
 		if (same_bytes(argv[i], fn, strlen(fn) + 1))
@@ -542,13 +530,12 @@ static bool execfn_in_argv(int argc, char **argv, char **envp)
 	return false;
 }
 
-/* glibc passes argc, argv and envp to the constructors of shared objects
- * (those ld.so starts the program with: the ones it found on the stack,
- * whatever an earlier constructor did to environ). */
+/* glibc passes argc, argv and envp to the constructors of shared objects. */
 __attribute__((constructor)) static void shim_ctor(int argc, char **argv, char **envp)
 {
+	(void)envp;
 	shim.argv = argv;
-	shim.execfn_in_argv = execfn_in_argv(argc, argv, envp);
+	shim.execfn_in_argv = execfn_in_argv(argc, argv);
 	shim_init();
 }
 

@@ -257,6 +257,18 @@ def test_script_replaced_before_curls_first_open(shim):
     assert shim.exists("k.sh") and mark_of(shim, "k.sh") == b"curl"
 
 
+def test_carrier_through_a_symlink_reads_the_pipe(shim):
+    """tee and dd through symlinks of other names, reading a fetcher's pipe:
+    what they write is marked (a carrier is told by its program's name, as
+    the kernel has it, for whether it reads its standard input too)."""
+    env = run_env(shim)
+    shim.sh(f"ln -s /usr/bin/tee t && ln -s /bin/dd d && curl -s {URL} | ./t b.sh > /dev/null && "
+            f"curl -s {URL} | ./d of=e.sh 2> /dev/null", env=env)
+    assert mark_of(shim, "b.sh") is not None and mark_of(shim, "e.sh") is not None
+    proc = shim.sh("bash b.sh", rc=None, env=env, refusals_ok=True)
+    assert proc.returncode != 0 and b"fetch-and-run" in proc.stderr and not shim.exists("ran.marker")
+
+
 def test_first_calls_keep_errno(shim):
     """A program's first file calls, which look at what program it is
     (fetched.c: a fetcher, a carrier?), leave errno alone when they
