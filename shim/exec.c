@@ -404,9 +404,8 @@ static int exec_enter(struct hook_ctx *c, const char *path, bool search, char *c
 	 * turn: a program that is not there fails as the exec would (it
 	 * cannot have appeared in between: nothing was exec'd), unjudged,
 	 * unrecorded, so that a refusal is said and recorded once */
-	if (path && strchr(path, '/') && ((err = missing(path)) == ENOENT || err == ENOTDIR))
-		;
-	else {  /* "(fexecve)": a file with no path, judged by its argv */
+	err = path && strchr(path, '/') ? missing(path) : 0;
+	if (err != ENOENT && err != ENOTDIR) {  /* "(fexecve)": a file with no path, judged by its argv */
 		bool was = kind_keep_off;
 		const char *file = path && path[0] == '(' ? NULL : path;
 		kind_keep_off = true;
