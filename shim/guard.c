@@ -96,32 +96,30 @@ static void load_and_publish(void)
  * which no hook takes.
  */
 #if defined(SHIM_RAW)
-#define raw6 shim_raw6
-
 static int sys_open(const char *p, int flags)
 {
-	long r = raw6(SYS_openat, AT_FDCWD, (long)p, flags, 0, 0, 0);
+	long r = shim_raw6(SYS_openat, AT_FDCWD, (long)p, flags, 0, 0, 0);
 
 	return r < 0 ? (errno = (int)-r, -1) : (int)r;
 }
 
 static int sys_fstat(int fd, struct stat *st)
 {
-	long r = raw6(SYS_fstat, fd, (long)st, 0, 0, 0, 0);
+	long r = shim_raw6(SYS_fstat, fd, (long)st, 0, 0, 0, 0);
 
 	return r < 0 ? (errno = (int)-r, -1) : 0;
 }
 
 static void *sys_mmap(size_t n, int prot, int flags, int fd)
 {
-	long r = raw6(SYS_mmap, 0, (long)n, prot, flags, fd, 0);
+	long r = shim_raw6(SYS_mmap, 0, (long)n, prot, flags, fd, 0);
 
 	return r < 0 && r > -4096 ? (errno = (int)-r, MAP_FAILED) : (void *)r;
 }
 
 static void sys_close(int fd)
 {
-	raw6(SYS_close, fd, 0, 0, 0, 0, 0);
+	shim_raw6(SYS_close, fd, 0, 0, 0, 0, 0);
 }
 #else
 extern int __open64(const char *path, int flags, ...);

@@ -521,11 +521,13 @@ STARTUP_TEXT static void start_session(void)
 static bool execfn_in_argv(int argc, char **argv)
 {
 	const char *fn = (const char *)getauxval(AT_EXECFN);
+	size_t n;
 
 	if (!argv || !fn)
 		return true;
+	n = strlen(fn) + 1;
 	for (int i = 1; i < argc && argv[i]; i++)
-		if (same_bytes(argv[i], fn, strlen(fn) + 1))
+		if (same_bytes(argv[i], fn, n))
 			return true;
 	return false;
 }
