@@ -959,13 +959,14 @@ static int rec_remove(struct jseg *g, uint32_t txn, const char *path, const stru
 static __thread struct {
 	uint8_t salt[J_SALT_LEN];
 	uint32_t txn;
+	uint64_t rewinds;
 	char dir[256];
 } known_parent __attribute__((tls_model("initial-exec")));
 
 static bool parent_known(const struct jsession *s, uint32_t txn, const char *dir)
 {
 	return known_parent.dir[0] && known_parent.txn == txn && !strcmp(known_parent.dir, dir) &&
-	       !memcmp(known_parent.salt, s->salt, J_SALT_LEN);
+	       !memcmp(known_parent.salt, s->salt, J_SALT_LEN) && known_parent.rewinds == dedup_rewinds(s);
 }
 
 static void parent_remember(const struct jsession *s, uint32_t txn, const char *dir)
@@ -977,6 +978,7 @@ static void parent_remember(const struct jsession *s, uint32_t txn, const char *
 		return;
 	memcpy(known_parent.salt, s->salt, J_SALT_LEN);
 	known_parent.txn = txn;
+	known_parent.rewinds = dedup_rewinds(s);
 	memcpy(known_parent.dir, dir, n + 1);
 }
 
@@ -1167,6 +1169,12 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 	if (!err)
 		err = parent_meta(g, txn, to);
 	return err ? err : emit(g, txn, &r, 0);
+}
+
+void jcap_txn_ended(struct jsession *s)
+{
+	if (s->ctr)
+		dedup_bump(s);
 }
 
 /* FN's record of PATH, whatever the table says. */

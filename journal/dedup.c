@@ -114,6 +114,24 @@ void dedup_bump(struct jsession *s)
 	__atomic_add_fetch(&s->ctr[2], 1, __ATOMIC_SEQ_CST);
 }
 
+static uint64_t *rewinds_word(const struct jsession *s)
+{
+	return (uint64_t *)(void *)((char *)s->ctr + JL_REWINDS_AT);
+}
+
+uint64_t dedup_rewinds(const struct jsession *s)
+{
+	return s->ctr ? __atomic_load_n(rewinds_word(s), __ATOMIC_ACQUIRE) : 0;
+}
+
+void dedup_rewound(struct jsession *s)
+{
+	if (!s->ctr)
+		return;
+	__atomic_add_fetch(rewinds_word(s), 1, __ATOMIC_SEQ_CST);
+	dedup_bump(s);
+}
+
 /* Create SESSION/dedup3 whole: allocated under a temporary name (a page
  * fault on a sparse shared mapping of a full disk would be a SIGBUS in the
  * host), then linked into place; losing the race to another process is
@@ -201,14 +219,17 @@ static uint8_t *table(struct jsession *s)
 	return m;
 }
 
-/* The key of a path at GEN; a weak key is the transaction's own. */
-static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, const char *path)
+/* The key of a path at GEN; a weak key is the transaction's own, until
+ * the next rewind (REWINDS). */
+static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, uint64_t rewinds, const char *path)
 {
 	crypto_generichash_blake2b_state h;
 
 	crypto_generichash_blake2b_init(&h, NULL, 0, DD_KEY);
 	if (gen == DEDUP_WEAK_GEN)
 		crypto_generichash_blake2b_update(&h, (const uint8_t *)&txn, sizeof(txn));
+	if (gen == DEDUP_WEAK_GEN && rewinds)
+		crypto_generichash_blake2b_update(&h, (const uint8_t *)&rewinds, sizeof(rewinds));
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)&gen, sizeof(gen));
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)path, strlen(path));
 	crypto_generichash_blake2b_final(&h, key, DD_KEY);
@@ -345,7 +366,7 @@ bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *pat
 	c->txn = txn;
 	if (!t)
 		return false;
-	make_key(key, txn, gen, path);
+	make_key(key, txn, gen, gen == DEDUP_WEAK_GEN ? dedup_rewinds(s) : 0, path);
 	memcpy(&h, key, sizeof(h));
 	memcpy(&g, key + 8, sizeof(g));
 	for (unsigned n = 0; n < DD_DIRPAGES; n++) {

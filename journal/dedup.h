@@ -35,6 +35,11 @@ struct dclaim {
  * afresh, since a name may now stand for another inode. */
 uint64_t dedup_generation(struct jsession *s);
 void dedup_bump(struct jsession *s);
+/* A rewind undid records: every key, the weak ones too, is captured
+ * afresh (a transaction's processes may live on and change its paths
+ * again). dedup_rewinds: the count, which weak keys include. */
+void dedup_rewound(struct jsession *s);
+uint64_t dedup_rewinds(const struct jsession *s);
 
 /* true: the last record of PATH at GEN is TXN's, of LEVEL or more: skip
  * the capture. false: write the record, then call dedup_done (with C

@@ -42,6 +42,10 @@
  *                        12 newer ones, not by one whose inode falls on
  *                        its slot (a table by inode % 12 lost `curl URL |
  *                        tar x` when tar's own stdout pipe came second).
+ *                        u64 at byte 248: the rewinds (bumped by every
+ *                        rewind that undid a record, with the generation:
+ *                        a transaction rewound while its processes live on
+ *                        captures its paths and their directories afresh).
  *                        Bytes 256..271: the policy's slot (JI_SHARED).
  *                        Bytes 272..511: 60 u32 slots where a process
  *                        whose call the policy refused leaves its

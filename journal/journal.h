@@ -90,6 +90,7 @@ struct jpolicy_slot { uint64_t owner, len; };
 #define JL_RUN_PIPES_AT   144     /* pipes interpreters read their program from */
 #define JL_PIPE_SLOTS     12
 #define JL_PIPES_NEXT     240     /* u32 each: the next slot of the two tables (a ring, format.h) */
+#define JL_REWINDS_AT     248     /* u64: rewinds that undid something (dedup.c, format.h) */
 #define JL_POLICY_SLOT    256
 #define JL_REFUSED_AT     272     /* the slots of transactions with a refusal (format.h) */
 #define JL_REFUSED_SLOTS  60
@@ -223,6 +224,11 @@ int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op);
 /* The same, KNOWN being PATH's lstat just taken (st_mode 0: absent). */
 int jcap_path_known(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,
 		    const struct stat *known);
+
+/* A transaction ended while processes of it may live on (a job left
+ * running): their next changes are captured afresh, so that each leaves a
+ * record after the end (what rewind's drift check goes by). */
+void jcap_txn_ended(struct jsession *s);
 
 /* ---- reading ---------------------------------------------------------- */
 

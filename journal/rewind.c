@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uthash.h>
+#include "dedup.h"
 #include "internal.h"
 
 #define NO_SETTLE INT64_MAX     /* settle time of a path a running txn touches */
@@ -117,6 +118,7 @@ struct rw {
 	uint8_t *state;
 	struct kent *marks;            /* seq -> time of its J_REWOUND mark */
 	struct kent *ends;             /* txn -> time of its J_TXN_END */
+	struct kent *late;             /* txns with a change recorded after their end */
 	struct kent *txns;             /* transactions selected (txn mode) */
 	struct kent *settle;           /* path -> settle time */
 	struct kent *isettle;          /* dev+ino of a pre-image -> settle time */
@@ -403,13 +405,25 @@ static void parents_undone(struct rw *w, size_t i, int64_t mark)
 
 /* The settle time of each path: when the journal last saw it settle (the
  * end of a transaction that touched it, a rewind mark). A transaction still
- * open (no J_TXN_END) gives its paths no settle time at all. */
+ * open (no J_TXN_END) gives its paths no settle time at all, and so does
+ * one with a change recorded after its end: a process it left running (a
+ * server started with nohup, a job in the background) changes its paths
+ * on, also where the journal has their pre-image already and records
+ * nothing more (the shim captures afresh after an end, so such a process
+ * leaves a record at its next change). */
 static void compute_settle(struct rw *w)
 {
 	for (size_t i = 0; i < w->n; i++) {
 		const struct jrecord *c = &w->r.rec[i];
+		struct kent *end = nt_find(w->ends, c->txn);
+
+		if ((w->state[i] & R_UNDO) && end && c->time_ns > end->v)
+			nt_put(&w->late, c->txn, 0);
+	}
+	for (size_t i = 0; i < w->n; i++) {
+		const struct jrecord *c = &w->r.rec[i];
 		struct kent *end = nt_find(w->ends, c->txn), *mark = nt_find(w->marks, c->seq);
-		int64_t t = end ? end->v : NO_SETTLE;
+		int64_t t = end && !nt_find(w->late, c->txn) ? end->v : NO_SETTLE;
 
 		if (!(w->state[i] & R_UNDO))
 			continue;
@@ -720,6 +734,7 @@ static void cleanup(struct rw *w)
 	free(w->state);
 	kt_free(&w->marks);
 	kt_free(&w->ends);
+	kt_free(&w->late);
 	kt_free(&w->txns);
 	kt_free(&w->settle);
 	kt_free(&w->isettle);
@@ -769,6 +784,10 @@ int jrewind(const char *dir, const struct jrewind_opts *o, struct jrewind_stats 
 	}
 	if (selected == 0)
 		say(&w, 0, "nothing to do");
+	/* the transaction's processes may live on (a job it left running, a
+	 * group's next member): their next changes are captured afresh */
+	if (w.seg_open && (w.st->undone || w.st->already))
+		dedup_rewound(&w.s);
 	ret = w.st->drift || w.st->failed ? 1 : 0;
 out:
 	cleanup(&w);

@@ -1063,6 +1063,7 @@ static void ended(uint32_t key, pid_t pid, int status)
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, t, pid, status, true);
+	jcap_txn_ended(&shim.s);
 	refused = __atomic_load_n((uint32_t *)(void *)((char *)shim.s.ctr + JL_REFUSED_AT) + t % JL_REFUSED_SLOTS,
 				  __ATOMIC_ACQUIRE) == t;
 	if (guard_rewind_counts(status, refused, known ? command_of(words, inner, sizeof(inner), iwords, 256) : NULL))

@@ -394,6 +394,64 @@ def test_a_failing_member_rewinds_its_whole_group(tmp_path):
     assert (ws / "state.txt").read_text() == "zero\nstep 1\nstep 4\n"
 
 
+def test_a_group_going_on_after_its_failed_member_is_journaled_again(tmp_path):
+    """The members after a failed (and rewound) one change the paths the
+    group recorded before the rewind: each change is journaled afresh, the
+    files and their directories, so that a whole-session rewind gives back
+    the tree."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    member = lambda n: ["/bin/sh", "-c", f"echo {n} >> state.txt; echo {n} > f; touch src/t{n}; rm -f a.txt"]
+    r, codes, snaps = start_calls(tmp_path, ws, "vfork", [
+        (None, member(1), "edit"),
+        (None, ["/bin/sh", "-c", "echo 2 >> state.txt; exit 1"], "edit"),
+        (None, member(3), "edit"),
+    ])
+    assert codes == [0, 1, 0], r.stderr
+    assert_same(before, snaps[2], "the tree after the group's failed member")
+    assert (ws / "state.txt").read_text() == "zero\n3\n" and (ws / "f").read_text() == "3\n"
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
+# A tool call that leaves a job running: the job changes files after the
+# call's end (the server's log of `nohup server > log &`), some of them
+# already recorded by the call, some after the call was rewound.
+JOBS = {
+    "nohup": ("nohup sh -c 'echo up; sleep 0.3; echo more; touch src/late' > server.log 2>&1 &", 0),
+    "appends_after_success": ("echo 1 >> state.txt; echo 1 > f; "
+                              "(sleep 0.3; echo 2 >> f; echo 2 >> state.txt; touch src/late) >/dev/null 2>&1 &", 0),
+    "appends_after_rewind": ("echo 1 >> state.txt; echo 1 > f; "
+                             "(sleep 0.5; echo 2 >> f; echo 2 >> state.txt; touch src/late) >/dev/null 2>&1 & exit 4", 4),
+}
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_what_a_job_left_running_changes_is_rewound_without_drift(tmp_path, job):
+    script, code = JOBS[job]
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "job_agent.py"
+    agent.write_text(textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        print(subprocess.run(["/bin/sh", "-c", {script!r}]).returncode)
+        for _ in range(1000):
+            if os.path.exists("src/late"):
+                break
+            time.sleep(0.01)
+        time.sleep(0.1)
+        print(os.path.exists("src/late"))
+    """))
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == [str(code), "True"], r.stdout + r.stderr
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0 and " 0 drift," in out.stdout, out.stdout + out.stderr
+    assert "drift:" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 def test_tool_calls_started_from_threads_at_once_are_each_their_own_transaction(tmp_path):
     """vfork from four threads at once (each child on its thread's memory),
     fork and posix_spawn mixed in: every call is one transaction holding
