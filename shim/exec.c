@@ -217,19 +217,39 @@ static bool build_exec(struct jbuild *b, uint8_t *buf, size_t cap, const char *p
 }
 
 /* A command line longer than record_exec_txn's buffer: in one of 16 KiB,
- * else the program name alone. */
+ * else cut: its first words while they fit in 8 KiB, the word that does
+ * not cut short and ended with "...", no more (a script given to bash -c,
+ * a file's text in a heredoc). */
 __attribute__((noinline)) static void record_exec_long(struct jseg *g, const char *path, char *const argv[],
 							uint32_t pid, uint32_t ppid, uint32_t txn, const char *cwd)
 {
 	uint8_t buf[16384];
+	char cut[8192], *words[64];
 	struct jbuild b;
 
 	if (!build_exec(&b, buf, sizeof(buf), path, argv, pid, ppid, txn, cwd)) {
-		char *const a0[] = { argv && argv[0] ? argv[0] : (char *)path, NULL };
-		jb_init(&b, buf, sizeof(buf), J_EXEC, 0, txn);
-		jb_u32(&b, F_PID, pid);
-		jb_str(&b, F_PATH, path);
-		jb_argv(&b, F_ARGV, a0);
+		size_t room = sizeof(cut), k = 0;
+		for (; argv && argv[k] && k + 1 < sizeof(words) / sizeof(words[0]); k++) {
+			size_t n = strlen(argv[k]);
+			if (n + 1 <= room) {
+				words[k] = argv[k];
+				room -= n + 1;
+				continue;
+			}
+			if (room > 16) {
+				memcpy(cut, argv[k], room - 4);
+				memcpy(cut + room - 4, "...", 4);
+				words[k++] = cut;
+			}
+			break;
+		}
+		if (!k)
+			words[k++] = (char *)path;
+		words[k] = NULL;
+		if (!build_exec(&b, buf, sizeof(buf), path, words, pid, ppid, txn, cwd)) {
+			words[1] = NULL;
+			build_exec(&b, buf, sizeof(buf), path, words, pid, ppid, txn, "");
+		}
 	}
 	jseg_append(g, &b, NULL);
 }

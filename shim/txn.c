@@ -835,15 +835,23 @@ static bool is_shell(const char *a0)
 /*
  * The command a tool call ran, as the policy's [rewind] exceptions see it.
  * Agents run tools through sh -c: a shell started with -c and a string that
- * is one plain command (words, quotes and globs; only "cd DIR &&" before
- * it) stands for that command, its words made in BUF. Anything else the
- * shell would expand, redirect, pipe or sequence leaves ARGV as it is.
+ * is one plain command (words, quotes and globs; only "cd DIR &&" and
+ * variable assignments, `CI=1 pytest`, before it) stands for that command,
+ * its words made in BUF. Anything else the shell would expand, redirect,
+ * pipe or sequence leaves ARGV as it is.
  */
+static bool assignment(const char *p)
+{
+	size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789");
+
+	return n && !(p[0] >= '0' && p[0] <= '9') && p[n] == '=';
+}
+
 static char *const *command_of(char *const argv[], char *buf, size_t cap, char *words[], size_t nmax)
 {
 	const char *o = argv && argv[0] && argv[1] ? argv[1] : NULL;
 	size_t n = 0, k = 0, cmd = 0;
-	bool word = false;
+	bool word = false, assign = false;
 
 	if (!o || !argv[2] || !is_shell(argv[0]) || o[0] != '-' || !strchr(o, 'c') || strspn(o + 1, "abcefhiklmnprtuvx") !=
 	    strlen(o + 1))
@@ -854,6 +862,9 @@ static char *const *command_of(char *const argv[], char *buf, size_t cap, char *
 			if (word) {
 				buf[n++] = 0;
 				word = false;
+				if (assign)     /* the command comes after it */
+					cmd = k;
+				assign = false;
 			}
 			if (!c)
 				break;
@@ -870,8 +881,12 @@ static char *const *command_of(char *const argv[], char *buf, size_t cap, char *
 			continue;
 		}
 		if (!word) {
-			/* a comment, a tilde, an assignment before the command */
-			if (c == '#' || c == '~' || (k == cmd && strchr(p, '=') && strchr(p, '=') < p + strcspn(p, " \t")))
+			/* a comment, a tilde; an assignment before the command
+			 * is skipped, another word with '=' there is not one */
+			if (c == '#' || c == '~')
+				return argv;
+			if (k == cmd && (assign = assignment(p)) == false && strchr(p, '=') &&
+			    strchr(p, '=') < p + strcspn(p, " \t"))
 				return argv;
 			words[k++] = buf + n;
 			word = true;

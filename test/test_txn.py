@@ -227,19 +227,23 @@ def test_a_failing_exempt_command_is_kept_a_failing_other_one_rewound(tmp_path, 
 @pytest.mark.parametrize("mode", ["vfork", "fork"])
 def test_an_exempt_command_behind_sh_c_is_kept(tmp_path, mode):
     """Agents run their tools as sh -c STRING: a string that is one plain
-    command (after a cd) is judged as that command; a longer script is not."""
+    command (after a cd, or variables assigned for it) is judged as that
+    command; a longer script is not."""
     ws = setup_ws(tmp_path)
     prove = prove_script(tmp_path)
     r, codes, snaps = start_calls(tmp_path, ws, mode, [
         (None, ["bash", "-c", f"cd . && {prove} -v 't/x y'"]),
+        (None, ["sh", "-c", f"CI=1 PYTHONPATH='src dir' {prove} -v"]),
         (None, ["sh", "-c", f"{prove}; echo done"]),
     ])
-    assert codes == [1, 0]
-    r, codes, snaps = start_calls(tmp_path, ws, mode, [(None, ["sh", "-c", f"{prove} || exit 4"])])
-    assert codes == [4]
+    assert codes == [1, 1, 0]
+    r, codes, snaps = start_calls(tmp_path, ws, mode, [(None, ["sh", "-c", f"{prove} || exit 4"]),
+                                                       (None, ["sh", "-c", f"X=$(true) {prove}"])])
+    assert codes == [4, 1]
     assert_same(snaps[0], snaps[1], "the tree after the rewound script")
+    assert_same(snaps[1], snaps[2], "the tree after the rewound command with a substitution before it")
     rows = txn_rows(tmp_path)
-    assert [row["rewound"] for row in rows if row["status"] == 1] == ["no"], rows
+    assert [row["rewound"] for row in rows if row["status"] == 1] == ["no", "no", "yes"], rows
     assert [row["rewound"] for row in rows if row["status"] == 4] == ["yes"], rows
 
 
@@ -309,10 +313,11 @@ def test_the_children_a_tool_calls_shell_forks_record_their_programs_where_they_
         assert progs[cmd][0]["txn"] == shells[k]["txn"], (cmd, progs[cmd][0], shells[k])
 
 
-def test_an_exec_record_keeps_a_long_command_line_whole_and_an_enormous_ones_program(tmp_path):
+def test_an_exec_record_keeps_a_long_command_line_whole_and_an_enormous_ones_beginning(tmp_path):
     """A command line past the exec hook's first buffer (4 KiB) is recorded
-    whole from a second one (16 KiB); one past that keeps its program name,
-    as before (shim/exec.c, record_exec_in)."""
+    whole from a second one (16 KiB); one past that keeps its first 8 KiB,
+    the word cut there marked "...", and names the tool call in the list
+    (shim/exec.c, record_exec_in)."""
     ws = setup_ws(tmp_path)
     long_arg, huge_arg = "L" * 6000, "H" * 40000
     agent = tmp_path / "argv_agent.py"
@@ -327,9 +332,17 @@ def test_an_exec_record_keeps_a_long_command_line_whole_and_an_enormous_ones_pro
     log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
                                                        capture_output=True, text=True).stdout.splitlines()]
     trues = [row["argv"] for row in log if row["op"] == "exec" and row["path"] == "/bin/true"]
+    cut = ["/bin/true", "H" * (8192 - len("/bin/true") - 1 - 4) + "..."]
     # each tool call's shell forks the first /bin/true and execs the second itself
-    assert trues == [["/bin/true", "short"]] * 2 + [["/bin/true", long_arg]] * 2 + [["/bin/true"]] * 2, \
+    assert trues == [["/bin/true", "short"]] * 2 + [["/bin/true", long_arg]] * 2 + [cut] * 2, \
         [a[:1] + [x[:10] for x in a[1:]] for a in trues]
+    shells = [row["argv"] for row in log if row["op"] == "exec" and row["argv"] and row["argv"][0] == "bash"]
+    assert len(shells) == 3 and shells[2][:4] == ["bash", "-c", '/bin/true "$1" && /bin/true "$1"', "x"], \
+        [a[:4] for a in shells]
+    assert shells[2][4] == "H" * (8192 - sum(len(w) + 1 for w in shells[2][:4]) - 4) + "..."
+    rows = [json.loads(line) for line in subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"],
+                                                        capture_output=True, text=True).stdout.splitlines()]
+    assert [row["argv"][:2] for row in rows if row["argv"] and row["argv"][0] == "bash"] == [["bash", "-c"]] * 3
 
 
 # --- FTSBX_TXN_GROUP: a harness makes several tool calls one transaction --------
