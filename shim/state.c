@@ -488,9 +488,12 @@ STARTUP_TEXT static void start_session(void)
 		/* the root itself, after an exec (bash -c 'exec agent'): its
 		 * programs get FTSBX_TXN=0 (txn.c), so a process with another
 		 * transaction asks for no getpid() */
-		if (!shim.txn && root && (pid_t)strtol(root, NULL, 10) == getpid()) {
-			shim.root = true;
-			shim.txn = 0;
+		/* the root itself, or (in transaction 0 too) a process that a
+		 * starter started as its machinery (a multiprocessing worker):
+		 * what the latter starts are tool calls as well (txn.c) */
+		if (!shim.txn) {
+			shim.root = root && (pid_t)strtol(root, NULL, 10) == getpid();
+			shim.machinery = !shim.root;
 			if (!jsession_open(&shim.s, shim.journal, NULL)) {
 				shim.session_open = true;
 				note_journal_dirs();

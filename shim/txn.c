@@ -38,7 +38,9 @@
  *
  * Children that are the agent's own machinery rather than tool calls
  * (Python's multiprocessing workers and resource tracker, by default; the
- * FTSBX_NOT_TOOL_CALLS patterns otherwise) run in transaction 0.
+ * FTSBX_NOT_TOOL_CALLS patterns otherwise) run in transaction 0, and are
+ * starters: a worker of a spawn or forkserver pool runs the agent's tool
+ * calls as the root would.
  *
  * The root learns each tool call's command line for the reaping (the
  * policy's [rewind] exceptions judge it) through a shared mapping it makes
@@ -331,7 +333,7 @@ HIDDEN uint32_t shim_txn(void)
 {
 	if (__builtin_expect(vf.child, 0))
 		return vf.txn;
-	if (!shim.txn && shim.session_open && starter()) {
+	if (!shim.txn && shim.session_open && !shim.machinery && starter()) {
 		shim.txn = jsession_next_txn(&shim.s);
 		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false);
 	} else if (shim.txn_fresh && shim.txn) {
@@ -546,7 +548,7 @@ EXPORT pid_t fork(void)
 		/* a vfork child forking: the grandchild has memory of its own */
 		pid = REAL(fork)();
 		if (pid == 0) {
-			shim.root = false;
+			shim.root = shim.machinery = false;
 			shell = -1;
 			shim.txn = vf.txn;
 			shim.txn_fresh = false;
@@ -571,7 +573,7 @@ EXPORT pid_t fork(void)
 	shim_busy = false;
 	pid = REAL(fork)();
 	if (pid == 0) {
-		shim.root = false;
+		shim.root = shim.machinery = false;
 		shell = -1;
 		shim.txn = t;
 		shim.txn_fresh = true;
@@ -1035,7 +1037,10 @@ static bool starter(void)
 {
 	int s = __atomic_load_n(&shell, __ATOMIC_ACQUIRE);
 
-	if (shim.root)
+	/* The agent's machinery (a multiprocessing worker, spawned or from
+	 * the forkserver) runs the agent's code too: a tool call it starts is
+	 * one as the root's are. Its own writes stay in transaction 0. */
+	if (shim.root || shim.machinery)
 		return true;
 	/* A fork of the root that has not exec'd is the agent itself, as a
 	 * worker (os.fork, multiprocessing's fork start method, a subshell of a

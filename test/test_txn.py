@@ -1099,7 +1099,9 @@ FORK_AGENT = textwrap.dedent("""
 
     calls = ["echo one >> state.txt", "popen:echo two >> state.txt; rm -f a.txt; exit 3",
              "echo three >> state.txt", "popen:echo four >> state.txt"]
-    if sys.argv[1] == "fork":       # the agent's own workers, forked, fed through pipes
+    if __name__ != "__main__":
+        pass                        # a spawned worker importing this module
+    elif sys.argv[1] == "fork":     # the agent's own workers, forked, fed through pipes
         a_r, a_w = os.pipe()
         b_r, b_w = os.pipe()
         pid = os.fork()
@@ -1114,17 +1116,21 @@ FORK_AGENT = textwrap.dedent("""
             log.append(json.loads(frm.readline()))
         to.close()
         os.waitpid(pid, 0)
-    else:                           # multiprocessing's default start method on Linux: fork
-        with mp.get_context("fork").Pool(1) as pool:
+    else:                           # multiprocessing: fork (Linux's default before Python 3.14),
+        # spawn, forkserver (3.14's): workers it started, in transaction 0
+        how = {"pool": "fork"}.get(sys.argv[1], sys.argv[1])
+        with mp.get_context(how).Pool(1) as pool:
             log = [pool.apply(tool, (c,)) for c in calls]
-    print(json.dumps(log))
+    if __name__ == "__main__":
+        print(json.dumps(log))
 """)
 
 
-@pytest.mark.parametrize("how", ["fork", "pool"])
+@pytest.mark.parametrize("how", ["fork", "pool", "spawn", "forkserver"])
 def test_tool_calls_of_forked_workers_are_transactions_of_their_own(tmp_path, how):
     """An agent that hands its tool calls to workers it forked (os.fork,
-    multiprocessing's fork start method) gets one transaction per tool call,
+    multiprocessing's fork start method) or started (spawn, forkserver: the
+    agent's machinery, in transaction 0) gets one transaction per tool call,
     and a failing one rewound before the worker reports back; a whole-session
     rewind gives back the tree."""
     ws = setup_ws(tmp_path)
