@@ -17,6 +17,7 @@
  * !--dry-run|-n).
  */
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "internal.h"
@@ -538,31 +539,53 @@ static const char *shell_string(char *const argv[], int argc)
 /* The remote command of "ssh [OPTIONS] DESTINATION COMMAND...", joined with
  * spaces as ssh joins it for the remote shell, into BUF (N bytes); NULL if
  * there is none (a login, -N, -s SUBSYSTEM) or it does not fit (*LONG). */
-static const char *ssh_command(char *const argv[], int argc, char *buf, size_t n, bool *toolong)
+/* ssh's options from argv[I] on, up to the first word that is not one (or
+ * past "--"): that word's index, or -1 for a command ssh runs no remote
+ * shell for (-N, -s). An -o RemoteCommand=... is the command (*REMOTE). */
+static int ssh_options(char *const argv[], int argc, int i, const char **remote)
 {
-	int i;
-	size_t len = 0;
-
-	*toolong = false;
-	for (i = 1; i < argc; i++) {
+	for (; i < argc; i++) {
 		const char *a = argv[i];
-		if (!strcmp(a, "--")) {
-			i++;
-			break;
-		}
+		if (!strcmp(a, "--"))
+			return i + 1;
 		if (a[0] != '-' || !a[1])
-			break;
+			return i;
 		for (const char *o = a + 1; *o; o++) {
 			if (*o == 'N' || *o == 's')
-				return NULL;
+				return -1;
 			if (strchr("BbcDEeFIiJLlmOoPpQRSWw", *o)) {
+				const char *v = o[1] ? o + 1 : i + 1 < argc ? argv[i + 1] : "";
+				if (*o == 'o' && !strncasecmp(v, "RemoteCommand", 13) && (v[13] == '=' || v[13] == ' '))
+					*remote = v + 14;
 				if (!o[1])
 					i++;
 				break;
 			}
 		}
 	}
-	if (++i >= argc)        /* the destination, then the command */
+	return i;
+}
+
+static const char *ssh_command(char *const argv[], int argc, char *buf, size_t n, bool *toolong)
+{
+	const char *remote = NULL;
+	int i;
+	size_t len = 0;
+
+	*toolong = false;
+	/* options, the destination, options again (OpenSSH reads them
+	 * there too, and a "--"), then the command */
+	i = ssh_options(argv, argc, 1, &remote);
+	if (i >= 0 && i < argc)
+		i = ssh_options(argv, argc, i + 1, &remote);
+	if (remote && *remote && (i < 0 || i >= argc)) {
+		if (strlen(remote) + 1 > n) {
+			*toolong = true;
+			return NULL;
+		}
+		return strcpy(buf, remote);
+	}
+	if (i < 0 || i >= argc)
 		return NULL;
 	for (; i < argc; i++) {
 		size_t an = strlen(argv[i]);
@@ -641,6 +664,27 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 static enum pverdict exec_argv(const struct policy *pol, const char *file, char *const argv[],
 			       const char *path_value, int depth, const char **why, struct stat *st);
 
+/* docker exec [OPTIONS] CONTAINER COMMAND... (podman, nerdctl; docker
+ * compose exec SERVICE ..., docker-compose): the index of COMMAND in ARGV,
+ * or 0. The options that take a value are docker's and compose's. */
+static int container_exec_command(char *const argv[], int argc)
+{
+	static const char *const valued[] = { "-e", "--env", "--env-file", "-u", "--user", "-w", "--workdir",
+					      "--detach-keys", "--index", NULL };
+	int i = 1;
+
+	while (i < argc && strcmp(argv[i], "exec"))
+		i++;
+	for (i++; i < argc && argv[i][0] == '-'; i++) {
+		if (!strcmp(argv[i], "--"))
+			break;
+		for (const char *const *v = valued; *v; v++)
+			if (!strcmp(argv[i], *v))
+				i++;
+	}
+	return i + 1 < argc ? i + 1 : 0;        /* past the container */
+}
+
 /* ssh HOST COMMAND: the remote shell runs COMMAND; the same rules hold
  * there (ssh host sudo reboot). Apart from exec_argv, so that its buffer
  * is on the stack only for ssh: below exec_argv's frame every exec in a
@@ -698,6 +742,13 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 			while (dd < argc && strcmp(argv[dd], "--"))
 				dd++;
 			if (dd + 1 < argc && exec_argv(pol, NULL, argv + dd + 1, path_value, depth + 1, why, NULL) == PV_DENY)
+				return PV_DENY;
+		}
+		/* docker exec CONTAINER COMMAND: the container runs COMMAND */
+		if ((starts_with(&pg, 'd') || starts_with(&pg, 'p') || starts_with(&pg, 'n')) && argc > 3 &&
+		    has_name(&pg, "docker|podman|nerdctl|docker-compose|podman-compose")) {
+			int at = container_exec_command(argv, argc);
+			if (at && exec_argv(pol, NULL, argv + at, path_value, depth + 1, why, NULL) == PV_DENY)
 				return PV_DENY;
 		}
 		/* ssh HOST COMMAND: the remote shell runs COMMAND; the same

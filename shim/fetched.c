@@ -75,11 +75,53 @@ static int named(const char *p)
 	return guard_carrier(base) ? CARRIER : NEITHER;
 }
 
+/* Whether tar run as ARGV reads its archive from standard input: the
+ * archive of -f (a cluster -xzf, --file=, the old style's bundle of
+ * letters, `tar xzf -`, each letter with a value taking the next word) is
+ * "-", or there is none and it does not create one (`curl URL | tar xz`:
+ * Debian's tar reads stdin by default). */
+static bool tar_reads_stdin(char *const argv[])
+{
+	bool create = false;
+	int next = 1;           /* the next word a letter's value is */
+
+	for (int i = 1; argv[i]; i++) {
+		const char *a = argv[i];
+		if (i < next)
+			continue;
+		if (!strcmp(a, "--"))
+			break;
+		if (!strncmp(a, "--file", 6) && (a[6] == '=' || !a[6]))
+			return a[6] ? !strcmp(a + 7, "-") : argv[i + 1] && !strcmp(argv[i + 1], "-");
+		if (!strcmp(a, "--create"))
+			create = true;
+		if (a[0] == '-' && a[1] == '-')
+			continue;
+		if (a[0] != '-' && i > 1)
+			continue;       /* an operand */
+		next = i + 1;
+		for (const char *o = a + (a[0] == '-'); *o; o++) {
+			if (*o == 'c')
+				create = true;
+			if (*o == 'f') {
+				const char *v = a[0] == '-' && o[1] ? o + 1 : argv[next];
+				return v && !strcmp(v, "-");
+			}
+			if (strchr("bCgHKLNTVX", *o)) {
+				if (a[0] == '-' && o[1])
+					break;          /* -Cdir: the rest is its value */
+				next++;
+			}
+		}
+	}
+	return !create;
+}
+
 /* Whether a carrier run as ARGV (PROG: its program, NULL for ARGV[0])
- * reads its standard input: tee and cpio always; dd without if=; the
- * others with no file operand, or "-" (cat, gunzip -c, tar xf -). A cp in
- * a loop that reads a file line by line (`while read l; do cp ...; done <
- * urls`) does not. */
+ * reads its standard input: tee and cpio always; tar as tar_reads_stdin
+ * says; dd without if=; the others with no file operand, or "-" (cat,
+ * gunzip -c). A cp in a loop that reads a file line by line (`while read
+ * l; do cp ...; done < urls`) does not. */
 HIDDEN bool fetched_reads_stdin(const char *prog, char *const argv[])
 {
 	const char *base;
@@ -92,11 +134,44 @@ HIDDEN bool fetched_reads_stdin(const char *prog, char *const argv[])
 	base = base ? base + 1 : prog;
 	if (!strcmp(base, "tee") || !strcmp(base, "cpio"))
 		return true;
+	if (!strcmp(base, "tar") || !strcmp(base, "bsdtar"))
+		return tar_reads_stdin(argv);
+	if (!strcmp(base, "tr"))
+		return true;            /* its operands are sets */
+	/* a filter's first operand is its script or pattern, unless an
+	 * option gave it (-e, -f); the short options that take a value */
+	const char *script = NULL, *valued = "";
+	if (!strcmp(base, "sed"))
+		script = "ef", valued = "efl";
+	else if (strstr(base, "grep"))
+		script = "ef", valued = "efmABCdD";
+	else if (strstr(base, "awk"))
+		script = "f", valued = "fvF";
+	bool dd = !strcmp(base, "dd"), given = false;
 	for (int i = 1; argv[i]; i++) {
-		if (!strcmp(argv[i], "-"))
+		const char *a = argv[i];
+		if (!strcmp(a, "-"))
 			return true;
-		if (!strcmp(base, "dd") ? !strncmp(argv[i], "if=", 3) : argv[i][0] != '-')
-			operand = true;
+		if (dd) {
+			operand |= !strncmp(a, "if=", 3);
+			continue;
+		}
+		if (a[0] == '-' && a[1] && a[1] != '-') {
+			given |= script && strchr(script, a[1]);
+			if (strchr(valued, a[1]) && !a[2] && argv[i + 1])
+				i++;    /* its value */
+			continue;
+		}
+		if (a[0] == '-') {      /* --long, --long=value */
+			given |= script && (!strncmp(a, "--expression", 12) || !strncmp(a, "--file", 6) ||
+					    !strncmp(a, "--regexp", 8));
+			continue;
+		}
+		if (script && !given) {
+			given = true;   /* the script itself */
+			continue;
+		}
+		operand = true;
 	}
 	return !operand;
 }

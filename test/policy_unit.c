@@ -629,6 +629,20 @@ static void test_remote_commands(void **state)
 	assert_int_equal(EXEC(pol, "ssh", "-s", "host", "sftp"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "ssh", "host", "uptime"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "ssh", "-p", "mkfs", "host", "ls"), PV_ALLOW);
+	/* options after the destination, "--" before the command, the
+	 * command as an option (RemoteCommand) */
+	assert_int_equal(EXEC(pol, "ssh", "host", "--", "mkfs", "/dev/sda"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "host", "-t", "-p", "22", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-o", "RemoteCommand=mkfs /dev/sda", "host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-oremotecommand mkfs", "host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-o", "RemoteCommand=uptime", "host"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "ssh", "host", "--", "ls", "-l"), PV_ALLOW);
+	/* docker exec CONTAINER COMMAND...: the container runs it */
+	assert_int_equal(EXEC(pol, "docker", "exec", "-it", "-e", "A=1", "-u", "root", "db", "mkfs", "/dev/sda"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "compose", "exec", "-T", "web", "sh", "-c", "git push -f"), PV_DENY);
+	assert_int_equal(EXEC(pol, "podman", "exec", "db", "mkfs"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "exec", "db", "ls", "/"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "logs", "mkfs"), PV_ALLOW);
 	/* kubectl exec POD -- COMMAND...: the pod runs it */
 	assert_int_equal(EXEC(pol, "kubectl", "-n", "p", "exec", "-it", "web", "--", "mkfs", "/dev/sda"), PV_DENY);
 	assert_int_equal(EXEC(pol, "kubectl", "exec", "web", "--", "sh", "-c", "git push -f"), PV_DENY);

@@ -88,6 +88,9 @@ CASES = {
                     "bash x/dl.sh"],
     "compressed and back": [f"curl -s {URL} -o dl.sh", "gzip dl.sh && gunzip dl.sh.gz", "bash dl.sh"],
     "piped into tar": [f"curl -s {URL}.tar | tar xf -", "sh inst.sh"],
+    "piped into old-style tar": [f"curl -s {URL}.tar | tar x", "sh inst.sh"],
+    "piped into tar -C": [f"mkdir x && curl -s {URL}.tar | tar -x -C x", "sh x/inst.sh"],
+    "piped into tar --file=-": [f"curl -s {URL}.tar | tar --extract --file=-", "sh inst.sh"],
     "through bzip2 (stdio)": [f"curl -s {URL} -o b.sh", "bzip2 b.sh && bzip2 -d b.sh.bz2", "bash b.sh"],
     "downloaded archive": [f"curl -s {URL}.tar -o a.tar", "tar xf a.tar", "bash inst.sh"],
 }
@@ -117,7 +120,10 @@ def test_a_download_passed_on_through_a_pipe_is_refused(shim):
     env = run_env(shim)
     shim.sh(f"curl -s {URL} -o dl.sh && cp dl.sh k.sh && gzip k.sh", env=env)
     for script in ("cat dl.sh | bash", "gunzip -c k.sh.gz | sh", "cat < dl.sh | bash -s",
-                   "gzip -c dl.sh > z.gz && bzip2 -c dl.sh > z.bz2 && bzip2 -dc z.bz2 | sh"):
+                   "gzip -c dl.sh > z.gz && bzip2 -c dl.sh > z.bz2 && bzip2 -dc z.bz2 | sh",
+                   # filters that pass a script on (line endings, comments)
+                   "sed 's/\\r$//' dl.sh | bash", "tr -d '\\r' < dl.sh | sh", "grep -v '^#' dl.sh | sh",
+                   "awk 1 dl.sh | sh", "sed 's/x/x/' dl.sh > s.sh && sh s.sh"):
         proc = shim.sh(script, rc=None, env=env, refusals_ok=True)
         assert b"fetch-and-run" in proc.stderr and not shim.exists("ran.marker"), (script, proc.stderr)
 

@@ -58,14 +58,17 @@ doctl rclone s3cmd firebase wrangler supabase vault etcdctl mysqladmin mongo htt
 iptables-restore nft ufw firewall-cmd ethtool networkctl resolvectl wg-quick dhclient arp hostname hostnamectl
 domainname sysctl modprobe rmmod insmod sshpass deno lvm ddrescue fwupdmgr busctl dbus-send git-send-pack
 semantic-release crane cdk service rfkill iw brctl ovs-vsctl wg dhcpcd ntpdate chronyc localectl aa-disable mc
-mongorestore bq apt apt-get yum dnf snap dpkg rpm pacman apk update-rc.d""".split()
+mongorestore bq apt apt-get yum dnf snap dpkg rpm pacman apk update-rc.d xtables-nft-multi ebtables-nft
+conntrack ipset ipvsadm devlink bridge ovs-ofctl iwconfig adjtimex chronyd ntpd fsfreeze dmesg mosh tsh pdsh
+ansible ansible-playbook glab hub eksctl helmfile argocd rails php prisma flyway alembic sbt lein dart
+mix cabal pod snapcraft anaconda docker-compose stack ko ctr ss pyinfra django-admin""".split()
 # Fetchers that are no web client: what they "fetch" is code that leaves a
 # marker if it ever runs (scp and rsync write it to their target).
 FETCHERS = "nc ncat netcat socat ssh telnet aria2c openssl".split()
 # Real programs whose publishing verbs must never run: the stand-in leaves a
 # marker for those and runs the real program for everything else.
 GUARDED = {"npm": "publish unpublish deprecate owner dist-tag access token login adduser", "cargo": "publish yank release",
-           "docker": "push --push --output* rm rmi prune kill",
+           "docker": "push --push --output* rm rmi prune kill exec compose imagetools",
            "date": "-s --set* [0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]*"}
 
 FILES_WS = {
