@@ -10,6 +10,8 @@
  * exec hook records into the parent's segment, with its own pid and cwd,
  * and leaves the thread's hook guard as it found it.
  */
+#include <fcntl.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -571,6 +573,111 @@ EXPORT int execle(const char *p, const char *arg, ...)
 	return r;
 }
 
+/*
+ * posix_spawn's file actions open in the child, inside glibc, where no
+ * hook sees them (os.posix_spawn's POSIX_SPAWN_OPEN). The opens an action
+ * list holds are kept here as they are added (the list itself is glibc's
+ * and opaque), and judged and journaled at the spawn, in the child's
+ * transaction, before the child makes them. A relative path is taken from
+ * this process's working directory at the add (an addchdir_np before it
+ * is not followed). A list that holds more than the table does fails its
+ * spawn (ENOMEM): nothing unjudged runs.
+ */
+#define SPAWN_OPENS 16
+static struct spawn_open {
+	const void *fa;         /* NULL: free */
+	int flags;
+	char path[PATH_MAX];
+} spawn_opens[SPAWN_OPENS];
+static int spawn_lock;
+static const void *spawn_overflowed;   /* the last list an open did not fit in */
+
+static void spawn_opens_lock(void)
+{
+	while (__atomic_exchange_n(&spawn_lock, 1, __ATOMIC_ACQUIRE))
+		sched_yield();
+}
+
+static void spawn_opens_unlock(void)
+{
+	__atomic_store_n(&spawn_lock, 0, __ATOMIC_RELEASE);
+}
+
+/* Forget the opens of list FA (a new list at its address, or its end). */
+static void spawn_opens_drop(const void *fa)
+{
+	spawn_opens_lock();
+	for (int i = 0; i < SPAWN_OPENS; i++)
+		if (spawn_opens[i].fa == fa)
+			spawn_opens[i].fa = NULL;
+	if (spawn_overflowed == fa)
+		spawn_overflowed = NULL;
+	spawn_opens_unlock();
+}
+
+EXPORT int posix_spawn_file_actions_init(posix_spawn_file_actions_t *fa)
+{
+	spawn_opens_drop(fa);
+	return REAL(posix_spawn_file_actions_init)(fa);
+}
+
+EXPORT int posix_spawn_file_actions_destroy(posix_spawn_file_actions_t *fa)
+{
+	spawn_opens_drop(fa);
+	return REAL(posix_spawn_file_actions_destroy)(fa);
+}
+
+EXPORT int posix_spawn_file_actions_addopen(posix_spawn_file_actions_t *fa, int fd, const char *p, int fl, mode_t m)
+{
+	char abs[PATH_MAX];
+	int i = 0;
+
+	if (shim_ready && path_abs(abs, AT_FDCWD, p) == 0) {
+		spawn_opens_lock();
+		while (i < SPAWN_OPENS && spawn_opens[i].fa)
+			i++;
+		if (i < SPAWN_OPENS) {
+			spawn_opens[i].fa = fa;
+			spawn_opens[i].flags = fl;
+			memcpy(spawn_opens[i].path, abs, strlen(abs) + 1);
+		} else {
+			spawn_overflowed = fa;
+		}
+		spawn_opens_unlock();
+	}
+	return REAL(posix_spawn_file_actions_addopen)(fa, fd, p, fl, m);
+}
+
+/* Judge and journal the opens of list FA, in transaction T: 0 or the
+ * errno that refuses the spawn. */
+static int spawn_opens_check(const void *fa, uint32_t t)
+{
+	int err = 0;
+
+	if (!fa)
+		return 0;
+	spawn_opens_lock();
+	if (spawn_overflowed == fa)
+		err = ENOMEM;
+	txn_records_for(true, t);
+	for (int i = 0; i < SPAWN_OPENS && !err; i++) {
+		const struct spawn_open *o = &spawn_opens[i];
+		if (o->fa != fa)
+			continue;
+		if ((o->flags & O_ACCMODE) == O_RDONLY && !(o->flags & (O_CREAT | O_TRUNC)) && guard_active()) {
+			err = open_read_judge(AT_FDCWD, o->path);
+			if (err != EACCES && err != EPERM)
+				err = 0;        /* the kernel's answer: the spawn says it */
+		} else {
+			err = pre_open(AT_FDCWD, o->path, o->flags);
+			shim_unlock();
+		}
+	}
+	txn_records_for(false, 0);
+	spawn_opens_unlock();
+	return err;
+}
+
 static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa,
 		      const posix_spawnattr_t *at, char *const a[], char *const e[])
 {
@@ -586,6 +693,10 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 		return err;     /* posix_spawn returns the error number */
 	}
 	uint32_t key, t = txn_for_spawn(a, e, &key);
+	if ((err = spawn_opens_check(fa, t))) {
+		hook_refuse(&c, err);
+		return err;
+	}
 	spawn_txn = t;
 	WITH_ENV(e, fixed, {
 		r = (search ? REAL(posix_spawnp) : REAL(posix_spawn))(&child, p, fa, at, a, fixed);

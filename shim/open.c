@@ -319,7 +319,7 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_removexattrat:         /* (dirfd, path, at_flags, name, ...) */
 		return fetched_xattr(I(0) == AT_FDCWD || (S(1) && S(1)[0] == '/') ? S(1) : NULL, -1, S(3),
 				     n == SYS_setxattrat) ?: pre_pathat(I(0), S(1), JC_META, I(2));
-	case SYS_futimesat:  return pre_path(I(0), S(1), JC_META, 1);
+	case SYS_futimesat:  return S(1) ? pre_path(I(0), S(1), JC_META, 1) : pre_fd(I(0), JC_META);
 	case SYS_fchownat:   return pre_pathat(I(0), S(1), JC_META, I(4));
 	case SYS_kill:       return guard_signal((pid_t)a[0], I(1));
 	case SYS_tgkill:     return guard_signal((pid_t)a[0], I(2));

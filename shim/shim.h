@@ -238,6 +238,7 @@ HIDDEN void txn_exec(char *const argv[], char *const envp[]);
 HIDDEN uint32_t txn_exec_txn(void);
 HIDDEN bool txn_vfork_child(void);
 HIDDEN uint32_t txn_for_spawn(char *const argv[], char *const envp[], uint32_t *key);
+HIDDEN void txn_records_for(bool on, uint32_t t);
 HIDDEN void txn_spawned(pid_t pid, uint32_t key);
 HIDDEN void txn_system_done(uint32_t key, int status);
 

@@ -317,9 +317,18 @@ static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int statu
  * of the parent's thread that called vfork, which waits meanwhile. */
 static __thread struct {
 	void *ret;
-	uint32_t txn, key;
-	bool on, child, decided;
+	uint32_t txn, key, spawn;
+	bool on, child, decided, spawning;
 } vf __attribute__((tls_model("initial-exec")));
+
+/* The records of this thread go to transaction T (ON) until turned off:
+ * the captures of a posix_spawn's file actions, made by the parent for
+ * the child's tool call (exec.c). */
+HIDDEN void txn_records_for(bool on, uint32_t t)
+{
+	vf.spawn = t;
+	vf.spawning = on;
+}
 
 HIDDEN bool txn_vfork_child(void)
 {
@@ -331,8 +340,8 @@ HIDDEN bool txn_vfork_child(void)
  * first record. */
 HIDDEN uint32_t shim_txn(void)
 {
-	if (__builtin_expect(vf.child, 0))
-		return vf.txn;
+	if (__builtin_expect(vf.child | vf.spawning, 0))
+		return vf.child ? vf.txn : vf.spawn;
 	if (!shim.txn && shim.session_open && !shim.machinery && starter()) {
 		shim.txn = jsession_next_txn(&shim.s);
 		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false);

@@ -22,6 +22,14 @@ def size(sh, rel):
     return os.lstat(sh.p(rel)).st_size
 
 
+SPAWN_ACTIONS = b"""
+import os
+for argv, actions in ((["true"], [(os.POSIX_SPAWN_OPEN, 1, "a.txt", os.O_WRONLY | os.O_TRUNC, 0)]),
+                      (["echo", "x"], [(os.POSIX_SPAWN_OPEN, 1, "new.txt", os.O_WRONLY | os.O_CREAT, 0o600)]),
+                      (["echo", "y"], [(os.POSIX_SPAWN_OPEN, 1, "secret", os.O_WRONLY | os.O_APPEND, 0)])):
+    os.waitpid(os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions), 0)
+"""
+
 # An O_APPEND descriptor that writes in place after all: its flag cleared,
 # RWF_NOAPPEND, a shared mapping of a+ (fopen's append-and-read).
 APPEND_IN_PLACE = b"""
@@ -123,6 +131,19 @@ IDIOMS = {
                  b"Files.move(Path.of(\"a.txt\"), Path.of(\"j/a\")); } }' > j/H.java && cd j && javac -d . H.java && "
                  b"cd .. && java -cp j H",
                  lambda sh: sh.read("jo.txt") == b"hi" and not sh.exists("secret") and sh.exists("j/a")),
+    # the JDK sets a copy's times with futimesat(fd, NULL, times)
+    "java_copy_attributes": (["javac", "java"],
+                             b"mkdir -p j && printf 'import java.nio.file.*; public class C { public static void main("
+                             b"String[] a) throws Exception { Files.copy(Path.of(\"secret\"), Path.of(\"c2\"), "
+                             b"StandardCopyOption.COPY_ATTRIBUTES); Files.copy(Path.of(\"a.txt\"), Path.of(\"secret\"), "
+                             b"StandardCopyOption.COPY_ATTRIBUTES, StandardCopyOption.REPLACE_EXISTING); } }' > j/C.java && "
+                             b"cd j && javac -d . C.java && cd .. && java -cp j C",
+                             lambda sh: sh.read("c2") == b"key=42\n" and sh.read("secret") == b"hello\n"
+                             and os.lstat(sh.p("secret")).st_mtime_ns == os.lstat(sh.p("a.txt")).st_mtime_ns),
+    # posix_spawn's file actions open inside glibc, in the child
+    "posix_spawn_file_actions": ([], b"%s -c '%s'" % (PYB, SPAWN_ACTIONS),
+                                 lambda sh: sh.read("a.txt") == b"" and sh.read("new.txt") == b"x\n"
+                                 and sh.read("secret").endswith(b"y\n")),
     "patch_forward_back": (["patch", "diff"],
                            b"cp a.txt a.new && echo more >> a.new && (diff -u a.txt a.new > p.diff || true) && "
                            b"patch -s a.txt < p.diff && patch -s -R a.txt < p.diff && patch -s -b a.txt < p.diff",
