@@ -653,7 +653,10 @@ static int apply(struct rw *w, size_t i, const struct stat *const before[2], con
 		say(w, 2, "undo %llu %s %s%s%s: %s", (unsigned long long)c->seq, jtype_name(c->type),
 		    w->path[i], arrow(w->path2[i]), p2, msg);
 		w->st->failed++;
-		hold(w, i);
+		/* a directory's times that cannot be set (another user's)
+		 * leave its entries, and its parent's own records, to go on */
+		if (!weak(c))
+			hold(w, i);
 		return 1;
 	}
 	err = mark(w, J_REWOUND, c->seq, ino);

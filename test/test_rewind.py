@@ -4,11 +4,16 @@ seq, refusing to pull the ground from under a later transaction (unless
 finishing a rewind that was killed halfway."""
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 
 import pytest
 
-from conftest import assert_same
+from conftest import BUILD, TXREPLAY, assert_same, snapshot
+
+SHIM = os.path.join(BUILD, "libftsbx.so")
 
 
 def mixed(before, after, prefix):
@@ -193,3 +198,43 @@ def test_interrupted_txn_rewind_finishes_when_run_again(populated):
     s.rewind("--txn", str(b))
     assert_same(mid, s.snap())
     s.rewind("--txn", str(a))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to play two users")
+def test_a_directory_whose_times_cannot_be_set_holds_back_nothing_else(tmp_path):
+    """A user rewinds in a workspace shared with another: the times of the
+    other's directory cannot be set (EPERM, said and counted as failed),
+    and everything else, the workspace's own times included, is rewound."""
+    base = tempfile.mkdtemp(dir="/tmp", prefix="ftsbx-users-")
+    try:
+        os.chmod(base, 0o755)
+        ws, od = os.path.join(base, "ws"), os.path.join(base, "ws", "od")
+        os.makedirs(od)
+        for path, text in ((os.path.join(ws, "shared"), "s\n"), (os.path.join(od, "f"), "f\n")):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o666)
+            os.chown(path, 1001, 1001)
+        os.chmod(od, 0o777)
+        os.chown(od, 1001, 1001)
+        os.chown(ws, 1000, 1000)
+        os.makedirs(os.path.join(base, "j"))
+        os.chown(os.path.join(base, "j"), 1000, 1000)
+        for p, t in ((ws, 1_000_000_000), (od, 1_100_000_000)):
+            os.utime(p, ns=(t, t))
+        before = snapshot(os.fsencode(ws))
+        as_user = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "env", "HOME=" + base,
+                   "FTSBX_JOURNAL=" + os.path.join(base, "j", "s")]
+        r = subprocess.run(as_user + ["LD_PRELOAD=" + SHIM, "bash", "-c", "rm -f shared od/f && echo n > new"],
+                           cwd=ws, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        r = subprocess.run(as_user + [TXREPLAY, "rewind", os.path.join(base, "j", "s")], cwd=base,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "1 failed" in r.stdout and "Operation not permitted" in r.stderr, \
+            r.stdout + r.stderr
+        after = snapshot(os.fsencode(ws))
+        assert after[b"od"] != before[b"od"]            # its times: another user's directory
+        after[b"od"] = before[b"od"]
+        assert_same(before, after)
+    finally:
+        subprocess.run(["rm", "-rf", base])
