@@ -10,7 +10,7 @@
  *     shared             (JI_SHARED) the page of shared counters below, then
  *                        the locks file's layout (mutexes, lanes' table),
  *                        mapped by every process (jshared_size() bytes);
- *                        then 64 KiB where the session's first root leaves
+ *                        then 128 KiB where the session's first root leaves
  *                        its compiled policy (a hole until then; its owner
  *                        and length at byte 256 of the counters' page:
  *                        struct jpolicy_slot, journal.h); then the reserve

@@ -95,7 +95,7 @@ struct jpolicy_slot { uint64_t owner, len; };
 #define JL_REFUSED_AT     272     /* the slots of transactions with a refusal (format.h) */
 #define JL_REFUSED_SLOTS  60
 #define JL_RELEASED_AT    512     /* the released transactions' slots (txn.c, format.h) */
-#define JL_POLICY_MAX     (64u << 10)
+#define JL_POLICY_MAX     (128u << 10)
 #define JL_POLICY_CLAIMED (1ull << 63)
 size_t jshared_size(void);
 int  jshared_policy_put(struct jsession *s, uint32_t root, const void *p, size_t n);
