@@ -1171,10 +1171,11 @@ int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, 
 	return err ? err : emit(g, txn, &r, 0);
 }
 
-void jcap_txn_ended(struct jsession *s)
+void jcap_txn_ended(struct jsession *s, uint32_t txn)
 {
 	if (s->ctr)
-		dedup_bump(s);
+		__atomic_store_n((uint32_t *)(void *)((char *)s->ctr + JL_RELEASED_AT) + txn % JL_RELEASED_SLOTS,
+				 txn | JL_ENDED, __ATOMIC_RELEASE);
 }
 
 /* FN's record of PATH, whatever the table says. */

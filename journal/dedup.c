@@ -220,8 +220,10 @@ static uint8_t *table(struct jsession *s)
 }
 
 /* The key of a path at GEN; a weak key is the transaction's own, until
- * the next rewind (REWINDS). */
-static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, uint64_t rewinds, const char *path)
+ * the next rewind (REWINDS); a strong key of a transaction that ended
+ * (LATE: a job it left running) is another than before its end. */
+static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, uint64_t rewinds, bool late,
+		     const char *path)
 {
 	crypto_generichash_blake2b_state h;
 
@@ -230,6 +232,8 @@ static void make_key(uint8_t key[DD_KEY], uint32_t txn, uint64_t gen, uint64_t r
 		crypto_generichash_blake2b_update(&h, (const uint8_t *)&txn, sizeof(txn));
 	if (gen == DEDUP_WEAK_GEN && rewinds)
 		crypto_generichash_blake2b_update(&h, (const uint8_t *)&rewinds, sizeof(rewinds));
+	if (late)
+		crypto_generichash_blake2b_update(&h, (const uint8_t *)"late", 4);
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)&gen, sizeof(gen));
 	crypto_generichash_blake2b_update(&h, (const uint8_t *)path, strlen(path));
 	crypto_generichash_blake2b_final(&h, key, DD_KEY);
@@ -366,7 +370,8 @@ bool dedup_claim(struct jsession *s, uint32_t txn, uint64_t gen, const char *pat
 	c->txn = txn;
 	if (!t)
 		return false;
-	make_key(key, txn, gen, gen == DEDUP_WEAK_GEN ? dedup_rewinds(s) : 0, path);
+	make_key(key, txn, gen, gen == DEDUP_WEAK_GEN ? dedup_rewinds(s) : 0,
+		 gen != DEDUP_WEAK_GEN && jtxn_late(s, txn), path);
 	memcpy(&h, key, sizeof(h));
 	memcpy(&g, key + 8, sizeof(g));
 	for (unsigned n = 0; n < DD_DIRPAGES; n++) {

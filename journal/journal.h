@@ -95,6 +95,8 @@ struct jpolicy_slot { uint64_t owner, len; };
 #define JL_REFUSED_AT     272     /* the slots of transactions with a refusal (format.h) */
 #define JL_REFUSED_SLOTS  60
 #define JL_RELEASED_AT    512     /* the released transactions' slots (txn.c, format.h) */
+#define JL_RELEASED_SLOTS 896
+#define JL_ENDED          0x80000000u   /* a slot's mark of a transaction that ended (format.h) */
 #define JL_POLICY_MAX     (128u << 10)
 #define JL_POLICY_CLAIMED (1ull << 63)
 size_t jshared_size(void);
@@ -225,10 +227,19 @@ int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op);
 int jcap_path_known(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,
 		    const struct stat *known);
 
-/* A transaction ended while processes of it may live on (a job left
- * running): their next changes are captured afresh, so that each leaves a
- * record after the end (what rewind's drift check goes by). */
-void jcap_txn_ended(struct jsession *s);
+/* Transaction TXN ended while processes of it may live on (a job left
+ * running): their next change of each path is captured afresh (its key
+ * marked late), so that it leaves a record after the end, which is what
+ * rewind's drift check goes by. The mark is TXN | JL_ENDED in its slot of
+ * the released table: a later transaction on the same slot takes it away,
+ * and its late changes then go by the records before the end (a drift
+ * report at worst, never a change unjournaled). jtxn_late: marked. */
+void jcap_txn_ended(struct jsession *s, uint32_t txn);
+static inline bool jtxn_late(const struct jsession *s, uint32_t txn)
+{
+	return s->ctr && __atomic_load_n((const uint32_t *)(const void *)((const char *)s->ctr + JL_RELEASED_AT) +
+					 txn % JL_RELEASED_SLOTS, __ATOMIC_ACQUIRE) == (txn | JL_ENDED);
+}
 
 /* ---- reading ---------------------------------------------------------- */
 

@@ -118,7 +118,7 @@ struct rw {
 	uint8_t *state;
 	struct kent *marks;            /* seq -> time of its J_REWOUND mark */
 	struct kent *ends;             /* txn -> time of its J_TXN_END */
-	struct kent *late;             /* txns with a change recorded after their end */
+	struct kent *late;             /* txns with a record after their end (a job they left running) */
 	struct kent *txns;             /* transactions selected (txn mode) */
 	struct kent *settle;           /* path -> settle time */
 	struct kent *isettle;          /* dev+ino of a pre-image -> settle time */
@@ -406,18 +406,19 @@ static void parents_undone(struct rw *w, size_t i, int64_t mark)
 /* The settle time of each path: when the journal last saw it settle (the
  * end of a transaction that touched it, a rewind mark). A transaction still
  * open (no J_TXN_END) gives its paths no settle time at all, and so does
- * one with a change recorded after its end: a process it left running (a
- * server started with nohup, a job in the background) changes its paths
- * on, also where the journal has their pre-image already and records
- * nothing more (the shim captures afresh after an end, so such a process
- * leaves a record at its next change). */
+ * one with a record after its end: a process it left running (a server
+ * started with nohup, a job in the background) changes its files on, also
+ * through descriptors it opened before the end, where no hook sees a
+ * change (the shim captures a path afresh after its transaction's end, and
+ * records each program start, so such a process leaves a record at its
+ * first exec or change of a path). */
 static void compute_settle(struct rw *w)
 {
 	for (size_t i = 0; i < w->n; i++) {
 		const struct jrecord *c = &w->r.rec[i];
-		struct kent *end = nt_find(w->ends, c->txn);
+		struct kent *end = c->txn ? nt_find(w->ends, c->txn) : NULL;
 
-		if ((w->state[i] & R_UNDO) && end && c->time_ns > end->v)
+		if (end && c->time_ns > end->v && c->type != J_TXN_END)
 			nt_put(&w->late, c->txn, 0);
 	}
 	for (size_t i = 0; i < w->n; i++) {

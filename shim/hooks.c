@@ -377,7 +377,7 @@ static __thread struct {
 	uint8_t salt[J_SALT_LEN];
 	uint32_t txn;
 	uint64_t cow, ns, turns;
-	bool follow, is_dir;
+	bool follow, is_dir, late;
 	unsigned level;
 	char in[256], out[256];
 } seen __attribute__((tls_model("initial-exec")));
@@ -395,7 +395,8 @@ static bool seen_generations(void)
 {
 	return seen.cow == __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE) &&
 	       seen.ns == __atomic_load_n(&shim.s.ctr[3], __ATOMIC_ACQUIRE) &&
-	       seen.turns == __atomic_load_n(&shim.s.ctr[J_CTR_TURNS], __ATOMIC_ACQUIRE);
+	       seen.turns == __atomic_load_n(&shim.s.ctr[J_CTR_TURNS], __ATOMIC_ACQUIRE) &&
+	       seen.late == jtxn_late(&shim.s, seen.txn);      /* its transaction ended since */
 }
 
 /* The answer holds only if the generations still stand once P's locks are
@@ -455,6 +456,7 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
 	seen.cow = gen[0];
 	seen.ns = gen[1];
 	seen.turns = __atomic_load_n(&shim.s.ctr[J_CTR_TURNS], __ATOMIC_ACQUIRE);
+	seen.late = jtxn_late(&shim.s, seen.txn);
 	seen.is_dir = type == S_IFDIR;
 	seen.level = level_of(op, seen.is_dir);
 }

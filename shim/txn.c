@@ -422,7 +422,7 @@ static bool not_a_tool_call(char *const argv[])
 /* The slots of the seq page (format.h) where a child that is not a tool
  * call leaves the transaction it was given, so that the root, reaping it,
  * neither ends nor rewinds a transaction that never was. */
-#define RELEASED_SLOTS 896
+#define RELEASED_SLOTS JL_RELEASED_SLOTS
 static uint32_t *released(void)
 {
 	return (uint32_t *)((char *)shim.s.ctr + JL_RELEASED_AT);
@@ -1092,7 +1092,7 @@ static void ended(uint32_t key, pid_t pid, int status)
 		return;
 	shim_busy = true;
 	write_txn_record(J_TXN_END, t, pid, status, true);
-	jcap_txn_ended(&shim.s);
+	jcap_txn_ended(&shim.s, t);
 	refused = __atomic_load_n((uint32_t *)(void *)((char *)shim.s.ctr + JL_REFUSED_AT) + t % JL_REFUSED_SLOTS,
 				  __ATOMIC_ACQUIRE) == t;
 	if (guard_rewind_counts(status, refused, known ? command_of(words, inner, sizeof(inner), iwords, 256) : NULL))
