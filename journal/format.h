@@ -53,7 +53,11 @@
  *                        rewind on a refusal ([rewind] on_failure).
  *                        Bytes 512..4095: 896 u32 slots where a process that
  *                        is not a tool call leaves its transaction id
- *                        (slot id % 896) for the root to see at its reaping.
+ *                        (slot id % 896) for the root to see at its reaping,
+ *                        and where the root marks a tool call's id that
+ *                        ended (id | 0x80000000, JL_ENDED): the processes of
+ *                        that transaction still running capture each path
+ *                        afresh (dedup.c: a late key).
  *     log/lane-K.ftj     shared segments (K = 000..255): each is written by
  *                        one process at a time, as a run of records that
  *                        begins with that process's J_SEGMENT record; a

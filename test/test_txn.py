@@ -428,6 +428,51 @@ def test_a_group_going_on_after_its_failed_member_is_journaled_again(tmp_path):
     assert_same(before, snapshot(os.fsencode(ws)))
 
 
+WRITER = """
+import os, time
+with open("big.bin", "r+b") as f:
+    for i in range(12):
+        f.seek(i)
+        f.write(b"W")
+        f.flush()
+        time.sleep(0.05)
+for i in range(6):
+    os.close(os.open("big.bin", os.O_WRONLY))
+    time.sleep(0.05)
+"""
+
+LONG_AGENT = """
+import subprocess, sys
+writer = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+for i in range(10):
+    subprocess.run(["sh", "-c", f"echo {i} >> state.txt"], check=True)
+writer.wait()
+"""
+
+
+def test_a_running_call_is_not_copied_again_when_others_end(tmp_path):
+    """One tool call rewrites a file in place again and again while the
+    agent runs others, each of which ends: its pre-image is saved once (the
+    end of one call takes nothing from another's copy on first write)."""
+    ws = setup_ws(tmp_path)
+    with open(ws / "big.bin", "wb") as f:
+        f.write(os.urandom(1 << 20))
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "long_agent.py"
+    agent.write_text(LONG_AGENT)
+    r = subprocess.run(["/usr/bin/python3", str(agent), WRITER], cwd=ws, env=shim_env(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
+                                                       capture_output=True, text=True).stdout.splitlines()]
+    saved = [row["op"] for row in log if row["op"] in ("content", "append", "create", "meta")
+             and row["path"] == str(ws / "big.bin")]
+    assert saved == ["content"], saved
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 # A tool call that leaves a job running: the job changes files after the
 # call's end (the server's log of `nohup server > log &`), some of them
 # already recorded by the call, some after the call was rewound.
