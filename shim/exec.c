@@ -589,18 +589,19 @@ static struct spawn_open {
 	int flags;
 	char path[PATH_MAX];
 } spawn_opens[SPAWN_OPENS];
-static int spawn_lock;
-static const void *spawn_overflowed;   /* the last list an open did not fit in */
+/* lists with an open the table could not keep, and why (ENOMEM: no room;
+ * ENAMETOOLONG: no absolute path of it) */
+static struct { const void *fa; int err; } spawn_bad[4];
 
 static void spawn_opens_lock(void)
 {
-	while (__atomic_exchange_n(&spawn_lock, 1, __ATOMIC_ACQUIRE))
+	while (__atomic_exchange_n(&spawn_opens_lock_word, 1, __ATOMIC_ACQUIRE))
 		sched_yield();
 }
 
 static void spawn_opens_unlock(void)
 {
-	__atomic_store_n(&spawn_lock, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&spawn_opens_lock_word, 0, __ATOMIC_RELEASE);
 }
 
 /* Forget the opens of list FA (a new list at its address, or its end). */
@@ -610,9 +611,27 @@ static void spawn_opens_drop(const void *fa)
 	for (int i = 0; i < SPAWN_OPENS; i++)
 		if (spawn_opens[i].fa == fa)
 			spawn_opens[i].fa = NULL;
-	if (spawn_overflowed == fa)
-		spawn_overflowed = NULL;
+	for (size_t i = 0; i < sizeof(spawn_bad) / sizeof(spawn_bad[0]); i++)
+		if (spawn_bad[i].fa == fa)
+			spawn_bad[i].fa = NULL;
 	spawn_opens_unlock();
+}
+
+/* List FA holds an open the table could not keep (ERR): its spawns fail.
+ * With no room for that either, the oldest such list is forgotten (its
+ * opens stay: the table being full, they are why). */
+static void spawn_opens_bad(const void *fa, int err)
+{
+	size_t n = sizeof(spawn_bad) / sizeof(spawn_bad[0]), i = 0;
+
+	while (i < n && spawn_bad[i].fa && spawn_bad[i].fa != fa)
+		i++;
+	if (i == n) {
+		memmove(spawn_bad, spawn_bad + 1, (n - 1) * sizeof(spawn_bad[0]));
+		i = n - 1;
+	}
+	spawn_bad[i].fa = fa;
+	spawn_bad[i].err = err;
 }
 
 EXPORT int posix_spawn_file_actions_init(posix_spawn_file_actions_t *fa)
@@ -632,49 +651,61 @@ EXPORT int posix_spawn_file_actions_addopen(posix_spawn_file_actions_t *fa, int 
 	char abs[PATH_MAX];
 	int i = 0;
 
-	if (shim_ready && path_abs(abs, AT_FDCWD, p) == 0) {
+	if (shim_ready) {
+		bool ok = path_abs(abs, AT_FDCWD, p) == 0;
 		spawn_opens_lock();
-		while (i < SPAWN_OPENS && spawn_opens[i].fa)
+		while (ok && i < SPAWN_OPENS && spawn_opens[i].fa)
 			i++;
-		if (i < SPAWN_OPENS) {
+		if (ok && i < SPAWN_OPENS) {
 			spawn_opens[i].fa = fa;
 			spawn_opens[i].flags = fl;
 			memcpy(spawn_opens[i].path, abs, strlen(abs) + 1);
 		} else {
-			spawn_overflowed = fa;
+			spawn_opens_bad(fa, ok ? ENOMEM : ENAMETOOLONG);
 		}
 		spawn_opens_unlock();
 	}
 	return REAL(posix_spawn_file_actions_addopen)(fa, fd, p, fl, m);
 }
 
-/* Judge and journal the opens of list FA, in transaction T: 0 or the
- * errno that refuses the spawn. */
+/* Judge and journal the opens of list FA, in transaction T, one by one
+ * out of the table's lock (a capture may copy a large file, and a fork
+ * meanwhile must not find the lock held): 0 or the errno that refuses the
+ * spawn. */
 static int spawn_opens_check(const void *fa, uint32_t t)
 {
-	int err = 0;
+	char path[PATH_MAX];
+	int err = 0, flags = 0;
 
 	if (!fa)
 		return 0;
 	spawn_opens_lock();
-	if (spawn_overflowed == fa)
-		err = ENOMEM;
+	for (size_t i = 0; i < sizeof(spawn_bad) / sizeof(spawn_bad[0]); i++)
+		if (spawn_bad[i].fa == fa)
+			err = spawn_bad[i].err;
+	spawn_opens_unlock();
 	txn_records_for(true, t);
-	for (int i = 0; i < SPAWN_OPENS && !err; i++) {
-		const struct spawn_open *o = &spawn_opens[i];
-		if (o->fa != fa)
-			continue;
-		if ((o->flags & O_ACCMODE) == O_RDONLY && !(o->flags & (O_CREAT | O_TRUNC)) && guard_active()) {
-			err = open_read_judge(AT_FDCWD, o->path);
+	for (int i = 0; !err; i++) {
+		spawn_opens_lock();
+		while (i < SPAWN_OPENS && spawn_opens[i].fa != fa)
+			i++;
+		if (i < SPAWN_OPENS) {
+			flags = spawn_opens[i].flags;
+			memcpy(path, spawn_opens[i].path, strlen(spawn_opens[i].path) + 1);
+		}
+		spawn_opens_unlock();
+		if (i >= SPAWN_OPENS)
+			break;
+		if ((flags & O_ACCMODE) == O_RDONLY && !(flags & (O_CREAT | O_TRUNC)) && guard_active()) {
+			err = open_read_judge(AT_FDCWD, path);
 			if (err != EACCES && err != EPERM)
 				err = 0;        /* the kernel's answer: the spawn says it */
 		} else {
-			err = pre_open(AT_FDCWD, o->path, o->flags);
+			err = pre_open(AT_FDCWD, path, flags);
 			shim_unlock();
 		}
 	}
 	txn_records_for(false, 0);
-	spawn_opens_unlock();
 	return err;
 }
 
@@ -695,6 +726,7 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 	uint32_t key, t = txn_for_spawn(a, e, &key);
 	if ((err = spawn_opens_check(fa, t))) {
 		hook_refuse(&c, err);
+		txn_system_done(key, 126 << 8);    /* a tool call that never ran, as a shell says it */
 		return err;
 	}
 	spawn_txn = t;
@@ -709,6 +741,10 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 	if (pid)
 		*pid = child;
 	hook_leave(&c);
+	/* a spawn that failed (no such program) may have made its file
+	 * actions' changes: its tool call ends, as a shell's 127 */
+	if (r != 0)
+		txn_system_done(key, 127 << 8);
 	return r;
 }
 

@@ -39,6 +39,7 @@ STARTUP_TEXT static char *room(char **to, char *longer, size_t n)
 	return *to;
 }
 static pthread_mutex_t seg_lock HOT_DATA = PTHREAD_MUTEX_INITIALIZER;   /* a fork child resets it */
+HIDDEN int spawn_opens_lock_word HOT_DATA;     /* exec.c's; a fork child resets it too */
 
 HIDDEN void *shim_dlsym(const char *name)
 {
@@ -382,6 +383,7 @@ static void atfork_child(void)
 	/* as pthread_mutex_init(&seg_lock, NULL) does, without a call into
 	 * a page of libc's code the child has not mapped */
 	seg_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+	spawn_opens_lock_word = 0;      /* another thread held it at the fork */
 	my_pid = getpid();
 }
 

@@ -428,6 +428,33 @@ def test_a_group_going_on_after_its_failed_member_is_journaled_again(tmp_path):
     assert_same(before, snapshot(os.fsencode(ws)))
 
 
+def test_a_spawn_that_fails_after_its_file_actions_ends_its_tool_call(tmp_path):
+    """glibc makes a posix_spawn's file actions in the child before its
+    exec: a spawn of a program that is not there has truncated the file by
+    then. Its tool call ends as a shell's 127 and is rewound on failure."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "spawn_agent.py"
+    agent.write_text(textwrap.dedent("""
+        import os
+        try:
+            os.posix_spawn("/nonexistent/tool", ["tool"], os.environ,
+                           file_actions=[(os.POSIX_SPAWN_OPEN, 1, "state.txt", os.O_WRONLY | os.O_TRUNC, 0)])
+        except OSError as e:
+            print(e.errno)
+        print(open("state.txt").read().strip())
+    """))
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["2", "zero"], r.stdout + r.stderr
+    rows = [json.loads(line) for line in subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"],
+                                                        capture_output=True, text=True).stdout.splitlines()]
+    assert [(row["status"], row["rewound"]) for row in rows if row["changes"]] == [(127, "yes")], rows
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 WRITER = """
 import os, time
 with open("big.bin", "r+b") as f:
