@@ -555,8 +555,14 @@ static int ssh_options(char *const argv[], int argc, int i, const char **remote)
 				return -1;
 			if (strchr("BbcDEeFIiJLlmOoPpQRSWw", *o)) {
 				const char *v = o[1] ? o + 1 : i + 1 < argc ? argv[i + 1] : "";
-				if (*o == 'o' && !strncasecmp(v, "RemoteCommand", 13) && (v[13] == '=' || v[13] == ' '))
-					*remote = v + 14;
+				/* as ssh reads a configuration line: "  Key = value",
+				 * "Key\tvalue", any case */
+				v += strspn(v, " \t");
+				if (*o == 'o' && !strncasecmp(v, "RemoteCommand", 13) && strchr(" \t=", v[13])) {
+					v += 13 + strspn(v + 13, " \t");
+					v += *v == '=';
+					*remote = v + strspn(v, " \t");
+				}
 				if (!o[1])
 					i++;
 				break;

@@ -230,8 +230,12 @@ __attribute__((noinline)) static void record_exec_long(struct jseg *g, const cha
 	struct jbuild b;
 
 	if (!build_exec(&b, buf, sizeof(buf), path, argv, pid, ppid, txn, cwd)) {
-		size_t room = sizeof(cut), k = 0;
-		for (; argv && argv[k] && k + 1 < sizeof(words) / sizeof(words[0]); k++) {
+		size_t room = sizeof(cut), k = 0, most = sizeof(words) / sizeof(words[0]) - 2;
+		for (; argv && argv[k]; k++) {
+			if (k == most) {
+				words[k++] = "...";     /* more words than kept */
+				break;
+			}
 			size_t n = strlen(argv[k]);
 			if (n + 1 <= room) {
 				words[k] = argv[k];

@@ -139,14 +139,25 @@ HIDDEN bool fetched_reads_stdin(const char *prog, char *const argv[])
 	if (!strcmp(base, "tr"))
 		return true;            /* its operands are sets */
 	/* a filter's first operand is its script or pattern, unless an
-	 * option gave it (-e, -f); the short options that take a value */
+	 * option gave it (-e, -f); the short options that take a value, in a
+	 * group (-n5, -d,) or the next word */
+	static const struct { const char *name, *script, *valued; } filters[] = {
+		{ "sed", "ef", "efl" }, { "grep", "ef", "efmABCdD" }, { "egrep", "ef", "efmABCdD" },
+		{ "fgrep", "ef", "efmABCdD" }, { "awk", "f", "fvF" }, { "gawk", "f", "fvF" }, { "mawk", "f", "fvF" },
+		{ "nawk", "f", "fvF" }, { "cut", NULL, "dfbc" }, { "sort", NULL, "tkoST" }, { "uniq", NULL, "fsw" },
+		{ "head", NULL, "nc" }, { "tail", NULL, "ncs" }, { "iconv", NULL, "fto" }, { "base64", NULL, "w" },
+		{ "xxd", NULL, "cglosn" }, { "fold", NULL, "w" }, { "tac", NULL, "s" },
+	};
+	/* long options that take the next word as their value */
+	static const char long_valued[] = " expression file regexp max-count after-context before-context context "
+					  "delimiter fields bytes characters output-delimiter key field-separator "
+					  "output buffer-size temporary-directory parallel from-code to-code lines "
+					  "wrap width skip-fields skip-chars check-chars separator sleep-interval pid "
+					  "label include exclude exclude-dir directories devices cols len seek ";
 	const char *script = NULL, *valued = "";
-	if (!strcmp(base, "sed"))
-		script = "ef", valued = "efl";
-	else if (strstr(base, "grep"))
-		script = "ef", valued = "efmABCdD";
-	else if (strstr(base, "awk"))
-		script = "f", valued = "fvF";
+	for (size_t k = 0; k < sizeof(filters) / sizeof(filters[0]); k++)
+		if (!strcmp(base, filters[k].name))
+			script = filters[k].script, valued = filters[k].valued;
 	bool dd = !strcmp(base, "dd"), given = false;
 	for (int i = 1; argv[i]; i++) {
 		const char *a = argv[i];
@@ -156,15 +167,31 @@ HIDDEN bool fetched_reads_stdin(const char *prog, char *const argv[])
 			operand |= !strncmp(a, "if=", 3);
 			continue;
 		}
+		if (!strcmp(a, "--")) {
+			operand |= argv[i + 1] && (!script || given || argv[i + 2]);
+			break;
+		}
 		if (a[0] == '-' && a[1] && a[1] != '-') {
-			given |= script && strchr(script, a[1]);
-			if (strchr(valued, a[1]) && !a[2] && argv[i + 1])
-				i++;    /* its value */
+			for (const char *o = a + 1; *o; o++) {
+				given |= script && strchr(script, *o);
+				if (strchr(valued, *o)) {
+					if (!o[1] && argv[i + 1])
+						i++;    /* its value, the next word */
+					break;          /* the rest is its value */
+				}
+			}
 			continue;
 		}
-		if (a[0] == '-') {      /* --long, --long=value */
+		if (a[0] == '-') {      /* --long, --long=value, --long value */
+			size_t n = strcspn(a + 2, "=");
+			bool known = false;
+			for (const char *w = strstr(long_valued, " "); w && w[1]; w = strchr(w + 1, ' '))
+				if (!strncmp(w + 1, a + 2, n) && w[1 + n] == ' ')
+					known = true;
 			given |= script && (!strncmp(a, "--expression", 12) || !strncmp(a, "--file", 6) ||
 					    !strncmp(a, "--regexp", 8));
+			if (known && !a[2 + n] && argv[i + 1])
+				i++;
 			continue;
 		}
 		if (script && !given) {

@@ -489,13 +489,18 @@ STARTUP_TEXT static void start_session(void)
 		shim.txn = (uint32_t)dec(t);
 		/* the root itself, after an exec (bash -c 'exec agent'): its
 		 * programs get FTSBX_TXN=0 (txn.c), so a process with another
-		 * transaction asks for no getpid() */
-		/* the root itself, or (in transaction 0 too) a process that a
-		 * starter started as its machinery (a multiprocessing worker):
-		 * what the latter starts are tool calls as well (txn.c) */
+		 * transaction asks for no getpid(). In transaction 0 too: a
+		 * process a starter started as its machinery. A multiprocessing
+		 * worker (spawn, forkserver) runs the agent's code, and what it
+		 * starts are tool calls as well (txn.c); other machinery (a
+		 * language server named in FTSBX_NOT_TOOL_CALLS) keeps its
+		 * children in transaction 0. */
 		if (!shim.txn) {
 			shim.root = root && (pid_t)strtol(root, NULL, 10) == getpid();
-			shim.machinery = !shim.root;
+			for (char **a = shim.argv; !shim.root && a && *a && !shim.machinery; a++)
+				shim.machinery = strstr(*a, "multiprocessing") != NULL;
+		}
+		if (shim.root || shim.machinery) {
 			if (!jsession_open(&shim.s, shim.journal, NULL)) {
 				shim.session_open = true;
 				note_journal_dirs();

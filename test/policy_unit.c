@@ -635,6 +635,9 @@ static void test_remote_commands(void **state)
 	assert_int_equal(EXEC(pol, "ssh", "host", "-t", "-p", "22", "mkfs"), PV_DENY);
 	assert_int_equal(EXEC(pol, "ssh", "-o", "RemoteCommand=mkfs /dev/sda", "host"), PV_DENY);
 	assert_int_equal(EXEC(pol, "ssh", "-oremotecommand mkfs", "host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-o", "RemoteCommand\tmkfs", "host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-o", "  RemoteCommand = mkfs", "host"), PV_DENY);
+	assert_int_equal(EXEC(pol, "ssh", "-o", "RemoteCommand =mkfs", "host"), PV_DENY);
 	assert_int_equal(EXEC(pol, "ssh", "-o", "RemoteCommand=uptime", "host"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "ssh", "host", "--", "ls", "-l"), PV_ALLOW);
 	/* docker exec CONTAINER COMMAND...: the container runs it */

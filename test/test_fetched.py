@@ -123,7 +123,11 @@ def test_a_download_passed_on_through_a_pipe_is_refused(shim):
                    "gzip -c dl.sh > z.gz && bzip2 -c dl.sh > z.bz2 && bzip2 -dc z.bz2 | sh",
                    # filters that pass a script on (line endings, comments)
                    "sed 's/\\r$//' dl.sh | bash", "tr -d '\\r' < dl.sh | sh", "grep -v '^#' dl.sh | sh",
-                   "awk 1 dl.sh | sh", "sed 's/x/x/' dl.sh > s.sh && sh s.sh"):
+                   "awk 1 dl.sh | sh", "sed 's/x/x/' dl.sh > s.sh && sh s.sh",
+                   # ... reading standard input, options with values before it
+                   "cut -d , -f 1-9 < dl.sh | sh", "sort -t , -k 1 < dl.sh > s2.sh && sh s2.sh",
+                   "head -n 5 < dl.sh | sh", "sed --expression 's/x/x/' < dl.sh | sh",
+                   "iconv -f utf-8 -t utf-8 < dl.sh | bash", "grep -A 1 -e . < dl.sh | sh"):
         proc = shim.sh(script, rc=None, env=env, refusals_ok=True)
         assert b"fetch-and-run" in proc.stderr and not shim.exists("ran.marker"), (script, proc.stderr)
 
