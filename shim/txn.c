@@ -934,6 +934,16 @@ static char *const *command_of(char *const argv[], char *buf, size_t cap, char *
 
 /* ARGV starts a shell that reads its commands from stdin or a terminal:
  * bash, /bin/bash, bash -i, bash -s ARGS, bash --norc -l, busybox sh. */
+/* tmux's or screen's server: ARGV0, its command line's first word (tmux
+ * forks its server from the client that started it, argv and all) */
+static bool multiplexer(const char *argv0)
+{
+	const char *b = argv0 ? strrchr(argv0, '/') : NULL;
+
+	b = b ? b + 1 : argv0;
+	return b && (!strcmp(b, "tmux") || !strcmp(b, "screen") || !strcmp(b, "SCREEN"));
+}
+
 static bool stdin_shell(char *const argv[])
 {
 	const char *b = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
@@ -1035,7 +1045,14 @@ static bool detect_shell(void)
 	pp = getppid();
 	if (pp == root)
 		return true;
-	if (parent_of(pp) != root || !cmdline_of(pp, store, sizeof(store), words, 64))
+	if (!cmdline_of(pp, store, sizeof(store), words, 64))
+		return false;
+	/* a window of a terminal multiplexer the session started (a harness
+	 * that types each command into a tmux pane: OpenHands' libtmux): its
+	 * server runs the pane's shell */
+	if (multiplexer(words[0]))
+		return true;
+	if (parent_of(pp) != root)
 		return false;
 	cmd = command_of(words, inner, sizeof(inner), iwords, 64);
 	return cmd != words && stdin_shell(cmd);

@@ -428,6 +428,49 @@ def test_a_group_going_on_after_its_failed_member_is_journaled_again(tmp_path):
     assert_same(before, snapshot(os.fsencode(ws)))
 
 
+TMUX_AGENT = """
+import os, subprocess, sys, time
+sock = "ftsbx-test-%d" % os.getpid()
+def tmux(*a):
+    return subprocess.run(["tmux", "-L", sock, *a], capture_output=True, text=True)
+def run(cmd, n):
+    tmux("send-keys", "-t", "main", cmd + "; echo __DONE__$?", "Enter")
+    for _ in range(400):
+        lines = [l for l in tmux("capture-pane", "-p", "-t", "main").stdout.splitlines() if l.startswith("__DONE__")]
+        if len(lines) >= n:
+            return lines[n - 1]
+        time.sleep(0.025)
+    return "timeout"
+tmux("new-session", "-d", "-s", "main", "-x", "200", "-y", "50", "bash", "--norc", "--noprofile")
+codes = [run("sh -c 'echo bad >> state.txt; rm -f a.txt; exit 3'", 1), run("sh -c 'echo good >> state.txt'", 2),
+         run("mkdir -p t && sh -c 'echo x > t/f'", 3)]
+tmux("kill-server")
+print(codes, open("state.txt").read().split(), os.path.exists("a.txt"))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="no tmux")
+def test_each_command_typed_into_a_tmux_pane_is_its_own_transaction(tmp_path):
+    """A harness that keeps its shell in a tmux pane (OpenHands' libtmux)
+    and types each command into it: the pane's shell, which tmux's server
+    runs, starts transactions as the root does, so a failing command is
+    rewound before the harness reads the pane."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "tmux_agent.py"
+    agent.write_text(TMUX_AGENT)
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "['__DONE__3', '__DONE__0', '__DONE__0'] ['zero', 'good'] True", r.stdout + r.stderr
+    rows = {" ".join(row["argv"] or []): row for row in txn_rows(tmp_path)}
+    assert rows["sh -c echo bad >> state.txt; rm -f a.txt; exit 3"]["rewound"] == "yes", rows
+    assert rows["sh -c echo good >> state.txt"]["rewound"] == "no", rows
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 def test_a_spawn_that_fails_after_its_file_actions_ends_its_tool_call(tmp_path):
     """glibc makes a posix_spawn's file actions in the child before its
     exec: a spawn of a program that is not there has truncated the file by
