@@ -25,7 +25,8 @@
  * transaction for the whole session. A shell (bash, sh, dash, zsh, ksh,
  * mksh, ash, busybox sh) that reads its commands from stdin or a terminal
  * (no -c string, no script operand) and is the root's tool call itself
- * (its parent is the root, or a shell the root started as `sh -c SHELL`)
+ * (its parent is the root, or a shell the root started as `sh -c SHELL`),
+ * or a tmux or screen window's shell (its parent the multiplexer's server)
  * decides so at its first need, and from then on does what the root does:
  * every child it starts (fork, vfork, posix_spawn) is a transaction with
  * its first exec's command line, ended (and with rewind on failure,
