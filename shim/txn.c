@@ -27,12 +27,14 @@
  * (no -c string, no script operand) and is the root's tool call itself
  * (its parent is the root, or a shell the root started as `sh -c SHELL`),
  * or a tmux or screen window's shell (its parent the multiplexer's server)
- * decides so at its first need, and from then on does what the root does:
- * every child it starts (fork, vfork, posix_spawn) is a transaction with
- * its first exec's command line, ended (and with rewind on failure,
- * rewound) when the shell reaps it; its own writes are cut at each start
- * of a child. What it did before its first child stays in the transaction
- * the root gave it, which the root ends. A stdin shell deeper inside a tool
+ * decides so at its first need (its first record or child), and from then
+ * on does what the root does: every child it starts (fork, vfork,
+ * posix_spawn) is a transaction with its first exec's command line, ended
+ * (and with rewind on failure, rewound) when the shell reaps it; its own
+ * writes form transactions of their own, cut at each start of a child,
+ * from the first on: the transaction the root gave it (which the root ends
+ * when the harness closes the shell, often by a signal) keeps only its
+ * start. A stdin shell deeper inside a tool
  * call (`bash -c 'echo ls | bash'`, make running sh) is not one: that call
  * stays one transaction. bash reaps from its SIGCHLD handler, possibly
  * inside a hook of its own: such a reaping is ended when that hook leaves.
@@ -343,6 +345,8 @@ HIDDEN uint32_t shim_txn(void)
 {
 	if (__builtin_expect(vf.child | vf.spawning, 0))
 		return vf.child ? vf.txn : vf.spawn;
+	if (__builtin_expect(!__atomic_load_n(&shell, __ATOMIC_RELAXED), 0) && shim.txn && !fork_key)
+		(void)starter();        /* a session shell? (cut its own writes from its tool call) */
 	if (!shim.txn && shim.session_open && !shim.machinery && starter()) {
 		shim.txn = jsession_next_txn(&shim.s);
 		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false);
@@ -1088,8 +1092,16 @@ static bool starter(void)
 		shim_busy = true;       /* our /proc reads pass the hooks */
 		s = detect_shell() && shim_session() ? 1 : -1;
 		shim_busy = busy;
-		if (s > 0)
-			shell_inherited = true;
+		/* A session shell's own writes (echo x > f) are transactions of
+		 * their own from the first on: the tool call the root gave it
+		 * is the shell's whole life, and ends failed when the harness
+		 * closes it by a signal or after a failed builtin, which would
+		 * rewind them. */
+		if (s > 0) {
+			shim.txn = 0;
+			shim.txn_fresh = false;
+			shell_inherited = false;
+		}
 		__atomic_store_n(&shell, s, __ATOMIC_RELEASE);
 	}
 	return s > 0;

@@ -428,6 +428,45 @@ def test_a_group_going_on_after_its_failed_member_is_journaled_again(tmp_path):
     assert_same(before, snapshot(os.fsencode(ws)))
 
 
+CLOSED_SHELL_AGENT = """
+import subprocess, sys, time
+p = subprocess.Popen(["bash"], stdin=subprocess.PIPE, text=True)
+def cmd(c):
+    p.stdin.write(c + "\\n")
+    p.stdin.flush()
+    time.sleep(0.3)
+cmd("printf 'fixed\\\\n' > a.txt")
+cmd("ls > /dev/null")
+cmd("echo more >> state.txt")
+if sys.argv[1] == "terminate":
+    p.terminate()
+else:                   # a last builtin that fails, then the end of its input
+    cmd("test -e nothing-here")
+    p.stdin.close()
+print(p.wait(), repr(open("a.txt").read()), repr(open("state.txt").read()))
+"""
+
+
+@pytest.mark.parametrize("how", ["terminate", "failed_builtin"])
+def test_closing_a_session_shell_keeps_what_it_wrote_itself(tmp_path, how):
+    """A harness closes its shell by a signal, or the shell's last builtin
+    failed: the shell's tool call ends failed, and with rewind on failure
+    is rewound; the shell's own writes, before its first command too, are
+    transactions of their own and stay."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "closed_shell_agent.py"
+    agent.write_text(CLOSED_SHELL_AGENT)
+    r = subprocess.run(["/usr/bin/python3", str(agent), how], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    code = "-15" if how == "terminate" else "1"
+    assert r.stdout.strip() == f"{code} 'fixed\\n' 'zero\\nmore\\n'", r.stdout + r.stderr
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 TMUX_AGENT = """
 import os, subprocess, sys, time
 sock = "ftsbx-test-%d" % os.getpid()
