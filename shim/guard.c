@@ -916,6 +916,33 @@ HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)
 	return refuse("connect", "socket", NULL, NULL, why, EPERM);
 }
 
+/* FD, just connected to a Unix socket, in a tmux or screen client: the
+ * server at the other end runs what the client sends it (run-shell,
+ * send-keys, new-window), as the server's own processes. One the session
+ * started runs them under the shim; one it did not (the user's own tmux,
+ * which an agent often runs inside) would run them outside every rule:
+ * refused (EACCES). 0, or the errno to fail the connect with. */
+HIDDEN int guard_connected(int fd, const char *path)
+{
+	static int client = -1;         /* this program is tmux's or screen's client */
+	struct ucred uc;
+	socklen_t n = sizeof(uc);
+
+	if (client < 0) {
+		const char *a0 = shim.argv && shim.argv[0] ? shim.argv[0] : "", *b = strrchr(a0, '/');
+		b = b ? b + 1 : a0;
+		client = !strcmp(b, "tmux") || !strcmp(b, "screen") || !strcmp(b, "SCREEN");
+	}
+	ready();
+	if (!client || mode == PM_OFF || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &n) < 0 || uc.pid <= 0)
+		return 0;
+	if (in_session(uc.pid))
+		return 0;
+	return refuse("connect", path, NULL, NULL,
+		      "[network] a tmux or screen server the session did not start: it runs what it is sent "
+		      "outside every rule", EACCES);
+}
+
 /* Does a tool call that ended with STATUS (REFUSED: the policy refused one
  * of its calls) get rewound? The policy's [rewind] on_failure says which
  * failures count; FTSBX_ON_FAILURE=rewind asks for nonzero and signal when

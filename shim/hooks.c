@@ -1041,4 +1041,38 @@ static FILE *fopen_hook(FILE *(*real)(const char *, const char *), const char *p
 
 EXPORT FILE *fopen(const char *p, const char *m) { return fopen_hook(REAL(fopen), p, m); }
 EXPORT FILE *fopen64(const char *p, const char *m) { return fopen_hook(REAL(fopen64), p, m); }
+
+/* connect: judged before (the policy's [network]); a Unix socket's peer
+ * after, for tmux's and screen's clients (guard_connected): a refused one
+ * is shut down, so that nothing reaches the server. */
+EXPORT int connect(int fd, __CONST_SOCKADDR_ARG a, socklen_t l)
+{
+	const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)a.__sockaddr__;
+	struct hook_ctx c;
+	int err, r;
+
+	if (!hook_enter(&c))
+		return REAL(connect)(fd, a, l);
+	if ((err = guard_connect(a.__sockaddr__, l))) {
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	r = REAL(connect)(fd, a, l);
+	if (r == 0 && given(un) && l > sizeof(sa_family_t) && un->sun_family == AF_UNIX && un->sun_path[0]) {
+		char path[sizeof(un->sun_path) + 1];
+		size_t n = l - sizeof(sa_family_t) < sizeof(un->sun_path) ? l - sizeof(sa_family_t) : sizeof(un->sun_path);
+		memcpy(path, un->sun_path, n);
+		path[n] = 0;
+		if (hook_enter(&c)) {
+			if ((err = guard_connected(fd, path))) {
+				shutdown(fd, SHUT_RDWR);
+				hook_refuse(&c, err);
+				return -1;
+			}
+			hook_leave(&c);
+		}
+	}
+	return r;
+}
 #undef HOOK

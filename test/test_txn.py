@@ -510,6 +510,30 @@ def test_each_command_typed_into_a_tmux_pane_is_its_own_transaction(tmp_path):
     assert_same(before, snapshot(os.fsencode(ws)))
 
 
+@pytest.mark.skipif(not shutil.which("tmux"), reason="no tmux")
+def test_a_tmux_server_the_session_did_not_start_is_refused(tmp_path):
+    """The user's own tmux server (an agent often runs inside one) would run
+    what a client sends it outside every rule: its clients' connects are
+    refused, and nothing reaches it."""
+    ws = setup_ws(tmp_path)
+    sock = str(tmp_path / "user.sock")
+    plain = dict(os.environ, HOME=str(tmp_path))
+    plain.pop("LD_PRELOAD", None)
+    subprocess.run(["tmux", "-S", sock, "new-session", "-d", "-s", "user", "sleep 120"], env=plain, check=True)
+    try:
+        marker = tmp_path / "escaped"
+        r = subprocess.run(["bash", "-c", f"tmux -S {sock} run-shell 'touch {marker}'; "
+                            f"tmux -S {sock} new-window -d 'touch {marker}'; "
+                            f"tmux -S {sock} send-keys -t user 'touch {marker}' Enter; echo done"],
+                           cwd=ws, env=shim_env(tmp_path), capture_output=True, text=True, timeout=60)
+        time.sleep(0.5)
+        assert r.stdout.strip() == "done" and r.stderr.count("a tmux or screen server the session did not start") == 3, \
+            r.stdout + r.stderr
+        assert not marker.exists()
+    finally:
+        subprocess.run(["tmux", "-S", sock, "kill-server"], env=plain, capture_output=True)
+
+
 def test_a_spawn_that_fails_after_its_file_actions_ends_its_tool_call(tmp_path):
     """glibc makes a posix_spawn's file actions in the child before its
     exec: a spawn of a program that is not there has truncated the file by
