@@ -231,10 +231,23 @@ static bool long_is(const char *alt, size_t an, const char *arg, size_t min)
 	return n >= min && n < lit && !memcmp(alt, arg, n);
 }
 
-/* Is one of the flags ALTS among ARGS? NEG: the rule wants it absent, so an
- * abbreviation lets a command through: one letter (--d) is too short to
- * tell (git push --d is --delete or --dry-run); a flag that refuses counts
- * from one letter on (git push --m is --mirror). */
+/* "--name=VALUE" turns its flag off: false, no, off or 0. */
+static bool value_off(const char *g)
+{
+	const char *v = strchr(g, '=');
+
+	return v && (!strcasecmp(v + 1, "false") || !strcasecmp(v + 1, "no") || !strcasecmp(v + 1, "off") ||
+		     !strcmp(v + 1, "0"));
+}
+
+/* Is one of the flags ALTS among ARGS? NEG: the rule wants it absent (an
+ * exemption: a dry run), so a spelling that may mean something else lets
+ * nothing through. An abbreviation of one letter (--d) is too short to tell
+ * (git push --d is --delete or --dry-run); a flag that refuses counts from
+ * one letter on (git push --m is --mirror). In a group of short options an
+ * exempting letter counts only first: after another it may be that one's
+ * value (git push -fon is -f -o n, a push option). --dry-run=false is no
+ * dry run. */
 static bool flag_present(const char *alts, char *const args[], int n, bool neg)
 {
 	size_t min = neg ? 4 : 3;
@@ -245,7 +258,8 @@ static bool flag_present(const char *alts, char *const args[], int n, bool neg)
 			const char *g = args[i];
 			if (g[0] != '-' || !g[1])
 				continue;
-			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min) : g[1] != '-' && strchr(g + 1, a[1]))
+			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min) && !(neg && value_off(g))
+					: g[1] != '-' && (neg ? g[1] == a[1] : strchr(g + 1, a[1]) != NULL))
 				return true;
 		}
 	}

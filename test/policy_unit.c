@@ -232,6 +232,15 @@ static void test_key_commands_negation(void **state)
 	assert_int_equal(EXEC(pol, "npm", "publish", "--dry"), PV_ALLOW);       /* abbreviated */
 	assert_int_equal(EXEC(pol, "cargo", "-n", "publish"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "cargo", "publish", "--", "--dry-run"), PV_DENY);  /* an operand */
+	/* a spelling that may mean another thing exempts nothing: the letter
+	 * after another in a group may be its value (cargo -pmy-crate-bin is
+	 * -p my-crate-bin), and --dry-run=false is no dry run */
+	assert_int_equal(EXEC(pol, "cargo", "publish", "-pmy-crate-bin"), PV_DENY);
+	assert_int_equal(EXEC(pol, "cargo", "publish", "-vn"), PV_DENY);
+	assert_int_equal(EXEC(pol, "cargo", "publish", "-nv"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "npm", "publish", "--dry-run=false"), PV_DENY);
+	assert_int_equal(EXEC(pol, "npm", "publish", "--dry-run=0"), PV_DENY);
+	assert_int_equal(EXEC(pol, "npm", "publish", "--dry-run=true"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "npm", "pack"), PV_ALLOW);
 	/* a flag or an operand that must not be there */
 	assert_int_equal(EXEC(pol, "systemctl", "stop", "nginx"), PV_DENY);

@@ -61,7 +61,8 @@ semantic-release crane cdk service rfkill iw brctl ovs-vsctl wg dhcpcd ntpdate c
 mongorestore bq apt apt-get yum dnf snap dpkg rpm pacman apk update-rc.d xtables-nft-multi ebtables-nft
 conntrack ipset ipvsadm devlink bridge ovs-ofctl iwconfig adjtimex chronyd ntpd fsfreeze dmesg mosh tsh pdsh
 ansible ansible-playbook glab hub eksctl helmfile argocd rails php prisma flyway alembic sbt lein dart
-mix cabal pod snapcraft anaconda docker-compose stack ko ctr ss pyinfra django-admin""".split()
+mix cabal pod snapcraft anaconda docker-compose stack ko ctr ss pyinfra django-admin secret-tool
+docker-credential-secretservice jreleaser netlify sst nomad velero clickhouse pg_restore microk8s terragrunt""".split()
 # Fetchers that are no web client: what they "fetch" is code that leaves a
 # marker if it ever runs (scp and rsync write it to their target).
 FETCHERS = "nc ncat netcat socat ssh telnet aria2c openssl".split()
