@@ -807,6 +807,15 @@ static bool blocks(pid_t pid, unsigned long out[2])
 	return sscanf(e, "%lu %*u %lu", &out[0], &out[1]) == 2 && out[0] && out[1];
 }
 
+/* Is PID a fork of ROOT that has not exec'd (its argument and environment
+ * blocks are ROOT's)? */
+HIDDEN bool guard_fork_of(pid_t pid, pid_t root)
+{
+	unsigned long a[2], b[2];
+
+	return pid > 1 && root > 1 && blocks(pid, a) && blocks(root, b) && a[0] == b[0] && a[1] == b[1];
+}
+
 /* Is PID a process of this session (the root, below it, or started by it)? */
 static bool in_session(pid_t pid)
 {

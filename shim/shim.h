@@ -293,6 +293,7 @@ HIDDEN int guard_process(pid_t target, const char *op);
 HIDDEN int guard_pidfd(int pidfd, int sig);
 HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len);
 HIDDEN int guard_connected(int fd, const char *path);
+HIDDEN bool guard_fork_of(pid_t pid, pid_t root);
 HIDDEN bool guard_rewind_counts(int status, bool refused, char *const argv[]);
 
 /* opaque.c: static, setuid and Go programs at exec. */

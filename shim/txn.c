@@ -1048,7 +1048,9 @@ static bool detect_shell(void)
 	if (!shim.txn || root <= 0 || !stdin_shell(shim.argv))
 		return false;
 	pp = getppid();
-	if (pp == root)
+	/* the root, or a fork of it that has not exec'd: the agent itself as
+	 * a worker (os.fork), or a root shell's coproc or subshell */
+	if (pp == root || guard_fork_of(pp, root))
 		return true;
 	if (!cmdline_of(pp, store, sizeof(store), words, 64))
 		return false;

@@ -467,6 +467,38 @@ def test_closing_a_session_shell_keeps_what_it_wrote_itself(tmp_path, how):
     assert_same(before, snapshot(os.fsencode(ws)))
 
 
+FORKED_SHELL_AGENT = """
+import os, subprocess, time
+if os.fork() == 0:      # the agent's own worker keeps a shell open
+    p = subprocess.Popen(["bash"], stdin=subprocess.PIPE, text=True)
+    for c in ["touch made.txt", "sh -c 'echo bad >> state.txt; rm -f a.txt; exit 2'", "ls > /dev/null"]:
+        p.stdin.write(c + "\\n")
+        p.stdin.flush()
+        time.sleep(0.3)
+    p.stdin.write("exit 0\\n")
+    p.stdin.close()
+    p.wait()
+    os._exit(0)
+os.wait()
+print(open("state.txt").read().split(), os.path.exists("a.txt"), os.path.exists("made.txt"))
+"""
+
+
+def test_a_session_shell_of_a_forked_worker_starts_transactions(tmp_path):
+    """A fork of the root is the agent itself: a shell it keeps open is a
+    session shell, as the root's own would be."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "forked_shell_agent.py"
+    agent.write_text(FORKED_SHELL_AGENT)
+    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "['zero'] True True", r.stdout + r.stderr
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 TMUX_AGENT = """
 import os, subprocess, sys, time
 sock = "ftsbx-test-%d" % os.getpid()
