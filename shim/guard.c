@@ -942,8 +942,10 @@ HIDDEN int guard_connected(int fd, const char *path)
 		b = b ? b + 1 : a0;
 		client = !strcmp(b, "tmux") || !strcmp(b, "screen") || !strcmp(b, "SCREEN");
 	}
+	if (!client)
+		return 0;
 	ready();
-	if (!client || mode == PM_OFF || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &n) < 0 || uc.pid <= 0)
+	if (mode == PM_OFF || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &n) < 0 || uc.pid <= 0)
 		return 0;
 	if (in_session(uc.pid))
 		return 0;
