@@ -70,6 +70,23 @@ def setup_ws(tmp_path):
     return ws
 
 
+def run_script(tmp_path, ws, name, text, *args, timeout=60, **env):
+    """The agent TEXT (Python, saved as NAME) run in WS under the shim, with
+    rewind on failure unless ENV says otherwise."""
+    agent = tmp_path / name
+    agent.write_text(text)
+    return subprocess.run(["/usr/bin/python3", str(agent), *args], cwd=ws,
+                          env=shim_env(tmp_path, **{"FTSBX_ON_FAILURE": "rewind", **env}),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def rewind_whole(tmp_path, ws, before):
+    """Rewind the whole session: the tree is BEFORE again, with no drift."""
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
+    assert out.returncode == 0 and "drift:" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+
+
 def test_failed_tool_call_is_rewound_before_the_agent_sees_it(tmp_path):
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
@@ -423,9 +440,7 @@ def test_a_group_going_on_after_its_failed_member_is_journaled_again(tmp_path):
     assert codes == [0, 1, 0], r.stderr
     assert_same(before, snaps[2], "the tree after the group's failed member")
     assert (ws / "state.txt").read_text() == "zero\n3\n" and (ws / "f").read_text() == "3\n"
-    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert_same(before, snapshot(os.fsencode(ws)))
+    rewind_whole(tmp_path, ws, before)
 
 
 CLOSED_SHELL_AGENT = """
@@ -455,16 +470,11 @@ def test_closing_a_session_shell_keeps_what_it_wrote_itself(tmp_path, how):
     transactions of their own and stay."""
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
-    agent = tmp_path / "closed_shell_agent.py"
-    agent.write_text(CLOSED_SHELL_AGENT)
-    r = subprocess.run(["/usr/bin/python3", str(agent), how], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
-                       capture_output=True, text=True, timeout=60)
+    r = run_script(tmp_path, ws, "closed_shell_agent.py", CLOSED_SHELL_AGENT, how)
     assert r.returncode == 0, r.stderr
     code = "-15" if how == "terminate" else "1"
     assert r.stdout.strip() == f"{code} 'fixed\\n' 'zero\\nmore\\n'", r.stdout + r.stderr
-    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert_same(before, snapshot(os.fsencode(ws)))
+    rewind_whole(tmp_path, ws, before)
 
 
 FORKED_SHELL_AGENT = """
@@ -489,14 +499,9 @@ def test_a_session_shell_of_a_forked_worker_starts_transactions(tmp_path):
     session shell, as the root's own would be."""
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
-    agent = tmp_path / "forked_shell_agent.py"
-    agent.write_text(FORKED_SHELL_AGENT)
-    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
-                       capture_output=True, text=True, timeout=60)
+    r = run_script(tmp_path, ws, "forked_shell_agent.py", FORKED_SHELL_AGENT)
     assert r.stdout.strip() == "['zero'] True True", r.stdout + r.stderr
-    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert_same(before, snapshot(os.fsencode(ws)))
+    rewind_whole(tmp_path, ws, before)
 
 
 TMUX_AGENT = """
@@ -528,18 +533,13 @@ def test_each_command_typed_into_a_tmux_pane_is_its_own_transaction(tmp_path):
     rewound before the harness reads the pane."""
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
-    agent = tmp_path / "tmux_agent.py"
-    agent.write_text(TMUX_AGENT)
-    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
-                       capture_output=True, text=True, timeout=60)
+    r = run_script(tmp_path, ws, "tmux_agent.py", TMUX_AGENT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "['__DONE__3', '__DONE__0', '__DONE__0'] ['zero', 'good'] True", r.stdout + r.stderr
     rows = {" ".join(row["argv"] or []): row for row in txn_rows(tmp_path)}
     assert rows["sh -c echo bad >> state.txt; rm -f a.txt; exit 3"]["rewound"] == "yes", rows
     assert rows["sh -c echo good >> state.txt"]["rewound"] == "no", rows
-    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert_same(before, snapshot(os.fsencode(ws)))
+    rewind_whole(tmp_path, ws, before)
 
 
 @pytest.mark.skipif(not shutil.which("tmux"), reason="no tmux")
@@ -572,8 +572,7 @@ def test_a_spawn_that_fails_after_its_file_actions_ends_its_tool_call(tmp_path):
     then. Its tool call ends as a shell's 127 and is rewound on failure."""
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
-    agent = tmp_path / "spawn_agent.py"
-    agent.write_text(textwrap.dedent("""
+    r = run_script(tmp_path, ws, "spawn_agent.py", textwrap.dedent("""
         import os
         try:
             os.posix_spawn("/nonexistent/tool", ["tool"], os.environ,
@@ -582,15 +581,11 @@ def test_a_spawn_that_fails_after_its_file_actions_ends_its_tool_call(tmp_path):
             print(e.errno)
         print(open("state.txt").read().strip())
     """))
-    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
-                       capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["2", "zero"], r.stdout + r.stderr
     rows = [json.loads(line) for line in subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"],
                                                         capture_output=True, text=True).stdout.splitlines()]
     assert [(row["status"], row["rewound"]) for row in rows if row["changes"]] == [(127, "yes")], rows
-    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert_same(before, snapshot(os.fsencode(ws)))
+    rewind_whole(tmp_path, ws, before)
 
 
 WRITER = """
@@ -623,19 +618,14 @@ def test_a_running_call_is_not_copied_again_when_others_end(tmp_path):
     with open(ws / "big.bin", "wb") as f:
         f.write(os.urandom(1 << 20))
     before = snapshot(os.fsencode(ws))
-    agent = tmp_path / "long_agent.py"
-    agent.write_text(LONG_AGENT)
-    r = subprocess.run(["/usr/bin/python3", str(agent), WRITER], cwd=ws, env=shim_env(tmp_path),
-                       capture_output=True, text=True, timeout=60)
+    r = run_script(tmp_path, ws, "long_agent.py", LONG_AGENT, WRITER, FTSBX_ON_FAILURE="keep")
     assert r.returncode == 0, r.stderr
     log = [json.loads(line) for line in subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"],
                                                        capture_output=True, text=True).stdout.splitlines()]
     saved = [row["op"] for row in log if row["op"] in ("content", "append", "create", "meta")
              and row["path"] == str(ws / "big.bin")]
     assert saved == ["content"], saved
-    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert_same(before, snapshot(os.fsencode(ws)))
+    rewind_whole(tmp_path, ws, before)
 
 
 # A tool call that leaves a job running: the job changes files after the
@@ -655,8 +645,7 @@ def test_what_a_job_left_running_changes_is_rewound_without_drift(tmp_path, job)
     script, code = JOBS[job]
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
-    agent = tmp_path / "job_agent.py"
-    agent.write_text(textwrap.dedent(f"""
+    r = run_script(tmp_path, ws, "job_agent.py", textwrap.dedent(f"""
         import os, subprocess, sys, time
         print(subprocess.run(["/bin/sh", "-c", {script!r}]).returncode)
         for _ in range(1000):
@@ -666,13 +655,8 @@ def test_what_a_job_left_running_changes_is_rewound_without_drift(tmp_path, job)
         time.sleep(0.1)
         print(os.path.exists("src/late"))
     """))
-    r = subprocess.run(["/usr/bin/python3", str(agent)], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
-                       capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == [str(code), "True"], r.stdout + r.stderr
-    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True, text=True)
-    assert out.returncode == 0 and " 0 drift," in out.stdout, out.stdout + out.stderr
-    assert "drift:" not in out.stdout + out.stderr, out.stdout + out.stderr
-    assert_same(before, snapshot(os.fsencode(ws)))
+    rewind_whole(tmp_path, ws, before)
 
 
 def test_tool_calls_started_from_threads_at_once_are_each_their_own_transaction(tmp_path):
@@ -1345,10 +1329,7 @@ def test_tool_calls_of_forked_workers_are_transactions_of_their_own(tmp_path, ho
     rewind gives back the tree."""
     ws = setup_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
-    agent = tmp_path / "fork_agent.py"
-    agent.write_text(FORK_AGENT)
-    r = subprocess.run(["/usr/bin/python3", str(agent), how], cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"),
-                       capture_output=True, text=True, timeout=120)
+    r = run_script(tmp_path, ws, "fork_agent.py", FORK_AGENT, how, timeout=120)
     assert r.returncode == 0, r.stderr
     log = json.loads(r.stdout.strip().splitlines()[-1])
     assert log[0] == [0, "zero\none\n", True]
