@@ -937,8 +937,6 @@ static char *const *command_of(char *const argv[], char *buf, size_t cap, char *
  * when that sh did not exec it in place).
  */
 
-/* ARGV starts a shell that reads its commands from stdin or a terminal:
- * bash, /bin/bash, bash -i, bash -s ARGS, bash --norc -l, busybox sh. */
 /* tmux's or screen's server: ARGV0, its command line's first word (tmux
  * forks its server from the client that started it, argv and all) */
 static bool multiplexer(const char *argv0)
@@ -949,6 +947,8 @@ static bool multiplexer(const char *argv0)
 	return b && (!strcmp(b, "tmux") || !strcmp(b, "screen") || !strcmp(b, "SCREEN"));
 }
 
+/* ARGV starts a shell that reads its commands from stdin or a terminal:
+ * bash, /bin/bash, bash -i, bash -s ARGS, bash --norc -l, busybox sh. */
 static bool stdin_shell(char *const argv[])
 {
 	const char *b = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
