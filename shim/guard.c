@@ -937,11 +937,8 @@ HIDDEN int guard_connected(int fd, const char *path)
 	struct ucred uc;
 	socklen_t n = sizeof(uc);
 
-	if (client < 0) {
-		const char *a0 = shim.argv && shim.argv[0] ? shim.argv[0] : "", *b = strrchr(a0, '/');
-		b = b ? b + 1 : a0;
-		client = !strcmp(b, "tmux") || !strcmp(b, "screen") || !strcmp(b, "SCREEN");
-	}
+	if (client < 0)
+		client = txn_multiplexer(shim.argv ? shim.argv[0] : NULL);
 	if (!client)
 		return 0;
 	ready();

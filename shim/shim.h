@@ -239,6 +239,9 @@ HIDDEN uint32_t txn_exec_txn(void);
 HIDDEN bool txn_vfork_child(void);
 HIDDEN uint32_t txn_for_spawn(char *const argv[], char *const envp[], uint32_t *key);
 HIDDEN void txn_records_for(bool on, uint32_t t);
+HIDDEN bool txn_multiplexer(const char *argv0);
+/* spawnacts.c: 0, or the errno that refuses a spawn with file action list FA */
+HIDDEN int spawn_opens_check(const void *fa, uint32_t t);
 extern HIDDEN int spawn_opens_lock_word;
 HIDDEN void txn_spawned(pid_t pid, uint32_t key);
 HIDDEN void txn_system_done(uint32_t key, int status);

@@ -937,9 +937,10 @@ static char *const *command_of(char *const argv[], char *buf, size_t cap, char *
  * when that sh did not exec it in place).
  */
 
-/* tmux's or screen's server: ARGV0, its command line's first word (tmux
- * forks its server from the client that started it, argv and all) */
-static bool multiplexer(const char *argv0)
+/* Is ARGV0 (a program's first word) tmux or screen, a client or the
+ * server (tmux forks its server from the client that started it, argv and
+ * all)? guard.c asks it of a client's connect. */
+HIDDEN bool txn_multiplexer(const char *argv0)
 {
 	const char *b = argv0 ? strrchr(argv0, '/') : NULL;
 
@@ -1057,7 +1058,7 @@ static bool detect_shell(void)
 	/* a window of a terminal multiplexer the session started (a harness
 	 * that types each command into a tmux pane: OpenHands' libtmux): its
 	 * server runs the pane's shell */
-	if (multiplexer(words[0]))
+	if (txn_multiplexer(words[0]))
 		return true;
 	if (parent_of(pp) != root)
 		return false;
