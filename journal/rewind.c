@@ -32,6 +32,7 @@
  * clock_gettime() (the records' times) by up to a tick: a change made
  * after a record can carry an earlier time than the record. */
 #define COARSE_NS 50000000
+#define OWN_GRACE_NS 1000000000  /* see index_records */
 
 /* One entry of any table: a byte-string key (a path, a seq, a txn, a
  * dev+ino pair) and a value. */
@@ -183,8 +184,15 @@ static void index_records(struct rw *w)
 			 * the mark, the inode's ctime is that run's own */
 			kt_max(kt_put(&w->undoing, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
 		}
-		else if (c->type == J_TXN_END)
-			kt_max(nt_put(&w->ends, c->txn, c->time_ns), c->time_ns);
+		else if (c->type == J_TXN_END) {
+			/* A starter's own transaction (its writes between two
+			 * tool calls, JR_CUT) is cut when it starts a child, while another of its threads
+			 * may be writing through a descriptor it just opened
+			 * (an agent's write_file tool beside a shell tool in its
+			 * thread pool): those writes settle within OWN_GRACE_NS. */
+			int64_t t = c->time_ns + (c->flags & JR_CUT ? OWN_GRACE_NS : 0);
+			kt_max(nt_put(&w->ends, c->txn, t), t);
+		}
 		else if (c->type >= J_CREATE && c->type <= J_META) {
 			w->state[i] = R_UNDO;
 			w->path[i] = jrec_strdup(c, F_PATH);

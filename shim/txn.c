@@ -289,7 +289,8 @@ static uint32_t tool_call_txn(uint32_t key, char *const argv[], char *const envp
 	return txn;
 }
 
-static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int status, bool with_status)
+/* FLAGS: JR_CUT for a starter's own transaction cut at a child's start. */
+static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int status, bool with_status, uint8_t flags)
 {
 	uint8_t buf[8192];
 	char cwd[PATH_MAX];
@@ -298,14 +299,14 @@ static void write_txn_record(enum jtype type, uint32_t txn, pid_t pid, int statu
 
 	if (shim_segment(&g))
 		return;
-	jb_init(&b, buf, sizeof(buf), type, 0, txn);
+	jb_init(&b, buf, sizeof(buf), type, flags, txn);
 	jb_u32(&b, F_PID, (uint32_t)pid);
 	if (with_status)
 		jb_u32(&b, F_STATUS, (uint32_t)status);
 	if (type == J_TXN_BEGIN && !fork_key && starter()) {
 		jb_argv(&b, F_ARGV, shim.argv);
 		if (b.overflow) {
-			jb_init(&b, buf, sizeof(buf), type, 0, txn);
+			jb_init(&b, buf, sizeof(buf), type, flags, txn);
 			jb_u32(&b, F_PID, (uint32_t)pid);
 		}
 		if (getcwd(cwd, sizeof(cwd)))
@@ -349,10 +350,10 @@ HIDDEN uint32_t shim_txn(void)
 		(void)starter();        /* a session shell? (cut its own writes from its tool call) */
 	if (!shim.txn && shim.session_open && !shim.machinery && starter()) {
 		shim.txn = jsession_next_txn(&shim.s);
-		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false);
+		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false, 0);
 	} else if (shim.txn_fresh && shim.txn) {
 		shim.txn_fresh = false;
-		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false);
+		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false, 0);
 	}
 	return shim.txn;
 }
@@ -364,7 +365,7 @@ static void starter_cut(void)
 	if (__atomic_load_n(&txn_pending, __ATOMIC_ACQUIRE))
 		txn_reap_pending();
 	if (shim.txn && !shell_inherited)
-		write_txn_record(J_TXN_END, shim.txn, getpid(), 0, true);
+		write_txn_record(J_TXN_END, shim.txn, getpid(), 0, true, JR_CUT);
 	shell_inherited = false;
 	shim.txn = 0;
 }
@@ -1124,7 +1125,7 @@ static void ended(uint32_t key, pid_t pid, int status)
 	if (!t)
 		return;
 	shim_busy = true;
-	write_txn_record(J_TXN_END, t, pid, status, true);
+	write_txn_record(J_TXN_END, t, pid, status, true, 0);
 	jcap_txn_ended(&shim.s, t);
 	refused = __atomic_load_n((uint32_t *)(void *)((char *)shim.s.ctr + JL_REFUSED_AT) + t % JL_REFUSED_SLOTS,
 				  __ATOMIC_ACQUIRE) == t;
