@@ -5,12 +5,15 @@
  * ours fails with EBADF as if it were not open, a dup onto one moves ours
  * out of the way first, and a range close skips ours. The calls that close
  * or replace a descriptor, glibc's own closes inside libc among them
- * (closedir, fclose, fcloseall, daemon, login_tty), drop its path from the
- * descriptor cache (path.c), which still checks an entry before each use.
+ * (closedir, fclose, pclose, endmntent, fcloseall, daemon, login_tty), drop
+ * its path from the descriptor cache (path.c); those that part the
+ * descriptor table from this memory make the cache check each entry.
  */
 #include <dirent.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <utmp.h>
 #include "shim.h"
@@ -122,14 +125,104 @@ EXPORT int closedir(DIR *d)
 	return REAL(closedir)(d);
 }
 
-EXPORT int fclose(FILE *f)
+static void stream_closing(FILE *f)
 {
 	if (f) {
 		int fd = fileno_unlocked(f);
 		fdcache_drop(fd);
 		fetched_closing(fd);
 	}
+}
+
+EXPORT int fclose(FILE *f)
+{
+	stream_closing(f);
 	return REAL(fclose)(f);
+}
+
+/* glibc's pclose of an fdopen'd stream is its fclose */
+EXPORT int pclose(FILE *f)
+{
+	stream_closing(f);
+	return REAL(pclose)(f);
+}
+
+EXPORT int endmntent(FILE *f)
+{
+	stream_closing(f);
+	return REAL(endmntent)(f);
+}
+
+/* glibc's exported names for close, dup2 and fclose */
+EXPORT int __close(int fd) { return close(fd); }
+EXPORT int __dup2(int a, int b) { return dup2(a, b); }
+EXPORT int _IO_fclose(FILE *f) { return fclose(f); }
+
+EXPORT int mq_close(mqd_t q)
+{
+	fdcache_drop(q);
+	return REAL(mq_close)(q);
+}
+
+/* One side shares the descriptor table and not the memory, or the other
+ * way round. */
+static void parting(uint64_t clone_flags)
+{
+	if (!(clone_flags & CLONE_VM) != !(clone_flags & CLONE_FILES))
+		fdcache_distrust();
+}
+
+EXPORT int unshare(int fl)
+{
+	if (fl & CLONE_FILES)
+		fdcache_distrust();
+	return REAL(unshare)(fl);
+}
+
+/* ptid, tls and ctid are read whether passed or not, as glibc's clone
+ * does: only the flags say which it uses. */
+EXPORT int clone(int (*fn)(void *), void *stack, int fl, void *arg, ...)
+{
+	va_list ap;
+	pid_t *ptid, *ctid;
+	void *tls;
+
+	va_start(ap, arg);
+	ptid = va_arg(ap, pid_t *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, pid_t *);
+	va_end(ap);
+	parting((unsigned)fl);
+	return REAL(clone)(fn, stack, fl, arg, ptid, tls, ctid);
+}
+
+/* syscall() of the same: the entries it closes or replaces dropped, the
+ * cache distrusted where it parts, whether or not the hook runs. */
+HIDDEN void fdcache_syscall(long n, const long a[6])
+{
+	switch (n) {
+	case SYS_close:
+		fdcache_drop((int)a[0]);
+		break;
+	case SYS_dup2:
+	case SYS_dup3:
+		fdcache_drop((int)a[1]);
+		break;
+	case SYS_close_range:
+		fdcache_drop_range((unsigned)a[0], (unsigned)a[1]);
+		break;
+	case SYS_unshare:
+		if (a[0] & CLONE_FILES)
+			fdcache_distrust();
+		break;
+	case SYS_clone:
+		parting((uint64_t)a[0]);
+		break;
+	case SYS_clone3:        /* struct clone_args opens with its u64 flags */
+		if (a[0])
+			parting(*(const uint64_t *)a[0]);
+		break;
+	}
 }
 
 EXPORT int fcloseall(void)

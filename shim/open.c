@@ -357,6 +357,7 @@ EXPORT long syscall(long n, ...)
 	for (int i = 0; i < 6; i++)
 		a[i] = va_arg(ap, long);
 	va_end(ap);
+	fdcache_syscall(n, a);  /* whether or not the hook runs */
 	if (!hook_enter(&c))
 		return REAL(syscall)(n, a[0], a[1], a[2], a[3], a[4], a[5]);
 	switch (n) {            /* the descriptor guards of fdguard.c */

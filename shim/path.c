@@ -188,28 +188,42 @@ HOT static ssize_t normal_len(const char *p)
 /*
  * The paths of descriptors this process opened through a hook (directories
  * and files opened for writing), so that the *at and f* calls on them need
- * no readlink of /proc/self/fd. Each entry keeps the inode it was opened
- * on and is checked with an fstat (much cheaper than the readlink) before
- * use: a descriptor can be closed or replaced where no hook sees it and its
- * number come back for another file, and the fstat is what keeps such a
- * number's path from being judged and journaled for the wrong file. The
- * known ways are hooked to drop the entry (close, dup2, dup3, close_range,
- * closefrom, closedir, fclose, fcloseall, freopen, daemon, login_tty:
- * fdguard.c), but the rest cannot be listed: pclose or endmntent of an
- * fdopen'd stream, glibc's exported __close and __dup2, mq_close, a thread
- * that unshares its descriptor table. (Trusting the entries saved an rm
- * -rf one system call per file, 1.85 to 1.6 times native here, and made
- * those paths journal the wrong file: taken back.) Entries are also
- * dropped when this process removes or renames their path or a directory
- * above it. An entry taken before the session's namespace generation moved on
- * (another process renamed a directory: maybe this one, or one above it)
- * is read again from /proc. Each entry is a seqlock: a reader never takes a
- * half-written path.
+ * no readlink of /proc/self/fd and no other system call: an rm -rf's
+ * unlinkat through its directory's descriptor costs an lstat and a rename.
+ *
+ * An entry is right as long as its number names the file it was opened on,
+ * so it is dropped wherever a descriptor can be closed or replaced through
+ * the C library: close, dup2, dup3, close_range, closefrom, glibc's exported
+ * __close and __dup2, and the calls that close one inside libc, where no
+ * close hook sees it: closedir (of fdopendir), fclose, _IO_fclose, pclose,
+ * endmntent and fcloseall (of an fdopen'd stream), freopen, mq_close, daemon
+ * and login_tty (their dup2 onto 0-2), syscall() of close, dup2, dup3 and
+ * close_range (fdguard.c). A number glibc reuses for its own open (fopen's,
+ * opendir's) was dropped when it was closed, and is looked up in /proc
+ * (hostile/fdreuse.c). A vfork child, whose memory is its parent's but
+ * whose descriptor table is its own, only drops entries.
+ *
+ * Where this memory and the descriptor table part (a clone with CLONE_VM
+ * but not CLONE_FILES or the other way round, unshare(CLONE_FILES), and
+ * their syscall() forms), one side's closes and opens are not the other's:
+ * from then on every entry is checked with an fstat against the inode it
+ * was opened on before use (fdcache_distrust), as one taken before is read
+ * again. What is left is a descriptor closed by a raw system call (inline
+ * assembly, io_uring), which changes files past every hook anyway. (Checking
+ * each use with an fstat cost an rm -rf of 10,000 files one system call per
+ * file, a tenth of its time here.)
+ *
+ * Entries are also dropped when this process removes or renames their path
+ * or a directory above it. An entry taken before the session's namespace
+ * generation moved on (another process renamed a directory: maybe this one,
+ * or one above it) is read again from /proc. Each entry is a seqlock: a
+ * reader never takes a half-written path.
  */
 #define FDC_N 64
 static struct fdc {
 	unsigned gen;          /* odd while being written; 0: never used */
 	int fd;                /* -1: empty */
+	bool known;            /* dev and ino were read (the cache was distrusted) */
 	dev_t dev;
 	ino_t ino;
 	size_t len;            /* of its path, in fdc_path */
@@ -224,17 +238,29 @@ static char fdc_path[FDC_N][PATH_MAX];
  * descriptor numbers over and over. */
 static uint64_t fdc_used;
 _Static_assert(FDC_N <= 64, "fdc_used has a bit per slot");
+/* Set for good (until exec) where the descriptor table and this memory part. */
+static bool fdc_distrusted;
 
+HIDDEN void fdcache_distrust(void)
+{
+	__atomic_store_n(&fdc_distrusted, true, __ATOMIC_SEQ_CST);
+}
+
+/* P: the path of FD (with its inode in ST when the cache is distrusted),
+ * or NULL: the entry emptied. */
 static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *p)
 {
-	if (st)
+	if (p)
 		__atomic_or_fetch(&fdc_used, 1ull << (e - fdc), __ATOMIC_ACQ_REL);
 	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
 	e->fd = fd;
-	if (st) {
+	if (p) {
 		size_t n = strnlen(p, PATH_MAX - 1);
-		e->dev = st->st_dev;
-		e->ino = st->st_ino;
+		e->known = st != NULL;
+		if (st) {
+			e->dev = st->st_dev;
+			e->ino = st->st_ino;
+		}
 		e->len = n;
 		e->ns = ns_gen();
 		memcpy(fdc_path[e - fdc], p, n);
@@ -247,7 +273,11 @@ HIDDEN void fdcache_put(int fd, const char *p)
 {
 	struct stat st;
 
-	if (fd >= 0 && fstat(fd, &st) == 0)
+	if (fd < 0 || txn_vfork_child())
+		return;
+	if (!__atomic_load_n(&fdc_distrusted, __ATOMIC_ACQUIRE))
+		fdc_write(&fdc[fd % FDC_N], fd, NULL, p);
+	else if (fstat(fd, &st) == 0)
 		fdc_write(&fdc[fd % FDC_N], fd, &st, p);
 }
 
@@ -294,9 +324,11 @@ HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
 	size_t n;
 	dev_t dev;
 	ino_t ino;
+	bool known;
 
 	if (!g || (g & 1) || e->fd != fd)
 		return false;
+	known = e->known;
 	dev = e->dev;
 	ino = e->ino;
 	if (shim.session_open && e->ns != ns_gen())
@@ -306,7 +338,9 @@ HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
 	out[n] = 0;
 	if (__atomic_load_n(&e->gen, __ATOMIC_ACQUIRE) != g || e->fd != fd)
 		return false;
-	return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+	if (!__atomic_load_n(&fdc_distrusted, __ATOMIC_ACQUIRE))
+		return true;
+	return known && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
 }
 
 HIDDEN int path_fd(char out[PATH_MAX], int fd)

@@ -18,7 +18,9 @@
 #include <ftw.h>
 #include <glob.h>
 #include <limits.h>
+#include <mqueue.h>
 #include <pty.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -184,6 +186,8 @@ HIDDEN void fdcache_put(int fd, const char *path);
 HIDDEN void fdcache_drop(int fd);
 HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi);
 HIDDEN void fdcache_forget(const char *path);
+HIDDEN void fdcache_distrust(void);
+HIDDEN void fdcache_syscall(long n, const long a[6]);
 HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX]);
 
 /* state.c: the session, this process's segment, the transaction. */

@@ -166,16 +166,22 @@ def test_host_dup2_onto_high_fds(shim):
 def test_host_reuses_directory_numbers_closed_inside_libc(shim, mode):
     """closedir and fclose close inside libc, where no hook sees it; the
     numbers come back for other directories and files (through dup, fopen,
-    opendir and a plain open after pclose, which no hook sees), and what is
-    made, changed and removed through them is journaled under the right
-    paths. In audit mode opendir's and fopen's
+    opendir and a plain open after pclose, __close, endmntent, mq_close,
+    syscall(SYS_close) ..., which no hook sees), and what is made, changed
+    and removed through them is journaled under the right paths; so is
+    what is removed through a number a thread with a table of its own, or a
+    clone child sharing the table, put another directory on. In audit mode opendir's and fopen's
     own opens are all that opens (no judging probe takes the number first
     and drops it on its close)."""
     exe = shim.gcc("fdreuse", "fdreuse.c")
     for rel, data in (("b/gone", b"g"), ("b/kept", b"k"), ("b/other", b"other"), ("c/x", b"x"),
                       ("c/victim1", b"v1"), ("c/victim2", b"v2"), ("c/victim3", b"v3"), ("a/stays", b"a"),
-                      ("a/victim3", b"a3")):
+                      ("a/victim3", b"a3"), ("a/victim13", b"a13"), ("c/victim13", b"c13"),
+                      ("a/victim14", b"a14"), ("c/victim14", b"c14")):
         shim.write(rel, data)
+    for i in range(4, 13):
+        shim.write(f"c/victim{i}", f"c{i}".encode())
+        shim.write(f"a/victim{i}", f"a{i}".encode())
 
     def check(_):
         assert shim.read("b/made-in-b") == b"b\n" and shim.exists("b/dir-in-b")
@@ -184,6 +190,10 @@ def test_host_reuses_directory_numbers_closed_inside_libc(shim, mode):
         assert shim.read("b/other") == b"o" and os.stat(shim.p("b/other")).st_mode & 0o777 == 0o604
         assert not shim.exists("c/victim1") and not shim.exists("c/victim2") and shim.read("a/stays") == b"a"
         assert not shim.exists("c/victim3") and shim.read("a/victim3") == b"a3"
+        for i in range(4, 13):      # closed or replaced by each other way
+            assert not shim.exists(f"c/victim{i}") and shim.read(f"a/victim{i}") == f"a{i}".encode()
+        assert not shim.exists("a/victim13") and shim.read("c/victim13") == b"c13"   # unshared thread
+        assert not shim.exists("c/victim14") and shim.read("a/victim14") == b"a14"   # clone child
     policy = os.path.join(shim.base, b"mode.ini")
     with open(policy, "w") as f:
         f.write(f"[policy]\nbase = default\nmode = {mode}\n")

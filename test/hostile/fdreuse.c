@@ -14,14 +14,32 @@
  * Also closed by pclose of such a stream (no hook of its own: glibc's
  * pclose is its fclose), the number then taken by a plain read-only open.
  *
+ * And every other way the C library closes or replaces a number: glibc's
+ * exported __close, __dup2 and _IO_fclose, endmntent and mq_close of it,
+ * syscall() of close, close_range, dup2 and dup3: C/victim4 to C/victim12
+ * are removed through A's number come back for C. Last, the descriptor
+ * table parted from the memory: a thread that unshares its table puts C on a
+ * number that still names A for the main thread (A/victim13 is removed
+ * through it, and journaled as A's); a clone child that shares the table
+ * but not the memory puts C on a number the main thread's memory still
+ * says is A's (C/victim14 is removed through it, and journaled as C's).
+ *
  * usage: fdreuse A B C   (three directories; creates, changes and removes
  * entries in B and C through reused numbers, and B/kept and B/other
- * through a reused file number; removes C/victim1, C/victim2 and C/victim3)
+ * through a reused file number; removes C/victim1 to C/victim12,
+ * A/victim13 and C/victim14)
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <mntent.h>
+#include <mqueue.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int dir_fd(const char *p)
@@ -74,6 +92,101 @@ static int dup_onto_freed(int fd, int want)
 		return -1;
 	}
 	return n;
+}
+
+extern int __close(int fd);
+extern int __dup2(int a, int b);
+extern int _IO_fclose(FILE *f);
+
+/* Keep A open (the shim keeps its path), close or replace its number by
+ * way HOW, and remove C/NAME through the number, now C's. */
+static int remove_after(const char *a, const char *c, const char *name, int how)
+{
+	int fd = dir_fd(a), cfd = -1, q = -1;
+	long r = 0;
+
+	if (fd < 0)
+		return -1;
+	if (how >= 6 && (cfd = open(c, O_RDONLY)) < 0)
+		return -1;
+	switch (how) {
+	case 0: r = __close(fd); break;
+	case 1: r = endmntent(fdopen(fd, "r")) != 1; break;
+	case 2: r = _IO_fclose(fdopen(fd, "r")); break;
+	case 3: r = mq_close(fd); break;
+	case 4: r = syscall(SYS_close, fd); break;
+	case 5: r = syscall(SYS_close_range, fd, fd, 0); break;
+	case 6: r = __dup2(cfd, fd) != fd; break;
+	case 7: r = syscall(SYS_dup2, cfd, fd) != fd; break;
+	case 8: r = syscall(SYS_dup3, cfd, fd, 0) != fd; break;
+	}
+	if (r) {
+		fprintf(stderr, "fdreuse: way %d did not close %d\n", how, fd);
+		return -1;
+	}
+	if (how < 6 && (q = open(c, O_RDONLY)) != fd) {
+		fprintf(stderr, "fdreuse: open did not take the freed %d (way %d)\n", fd, how);
+		return -1;
+	}
+	if (unlinkat(fd, name, 0) < 0) {
+		perror(name);
+		return -1;
+	}
+	if (cfd >= 0)
+		close(cfd);
+	return close(fd);
+}
+
+struct part { const char *c; int fd; };
+
+/* In a table of its own: close its copy of the number and put C on it. */
+static int put_c_on(struct part *p)
+{
+	if (close(p->fd) < 0 || open(p->c, O_RDONLY | O_DIRECTORY) != p->fd)
+		return -1;
+	return 0;
+}
+
+static void *unshared_thread(void *arg)
+{
+	struct part *p = arg;
+
+	if (unshare(CLONE_FILES) < 0 || put_c_on(p) < 0)
+		return arg;
+	return NULL;
+}
+
+static int cloned_child(void *arg)
+{
+	_exit(put_c_on(arg) < 0);
+}
+
+/* A's number in the main thread, C's elsewhere (WHERE 0: a thread that
+ * unshared its table; 1: a clone child sharing the table, not the memory:
+ * then the main thread's number is C's too); remove NAME through it. */
+static int remove_parted(const char *a, const char *c, const char *name, int where)
+{
+	struct part p = { c, dir_fd(a) };
+	static char stack[1 << 16];
+	pthread_t t;
+	void *res;
+	int st;
+
+	if (p.fd < 0)
+		return -1;
+	if (where == 0) {
+		if (pthread_create(&t, NULL, unshared_thread, &p) || pthread_join(t, &res) || res)
+			return -1;
+	} else {
+		pid_t pid = clone(cloned_child, stack + sizeof(stack), CLONE_FILES | SIGCHLD, &p);
+		if (pid < 0 || waitpid(pid, &st, 0) != pid || st != 0)
+			return -1;
+	}
+	if (unlinkat(p.fd, name, 0) < 0) {
+		perror(name);
+		return -1;
+	}
+	return close(p.fd);
 }
 
 int main(int argc, char **argv)
@@ -140,5 +253,23 @@ int main(int argc, char **argv)
 	}
 	if (unlinkat(q, "victim3", 0) < 0 || close(q) < 0)
 		return 1;
+	for (int how = 0; how <= 8; how++) {
+		char name[16];
+		snprintf(name, sizeof(name), "victim%d", 4 + how);
+		if (remove_after(argv[1], argv[3], name, how) < 0)
+			return 1;
+	}
+	/* Each in a process of its own, whose cache nothing distrusted
+	 * before. 0: the thread's table is its own, the main thread's number
+	 * stays A's. 1: the child's table is the main thread's, the number is
+	 * C's for both. */
+	for (int where = 0; where < 2; where++) {
+		int st;
+		pid_t pid = fork();
+		if (pid == 0)
+			_exit(remove_parted(argv[1], argv[3], where ? "victim14" : "victim13", where) < 0);
+		if (pid < 0 || waitpid(pid, &st, 0) != pid || st != 0)
+			return 1;
+	}
 	return close(b2) || close(c2) || close(c);
 }
