@@ -45,6 +45,10 @@ HIDDEN void *(*shim_real_dlsym(void))(void *, const char *)
 #include "hooks-extra.def"
 #undef HOOK
 extern char hook_sym_execl __asm__("execl"), hook_sym_execlp __asm__("execlp"), hook_sym_execle __asm__("execle");
+/* glibc's other exported names for hooked functions (fdguard.c, txn.c) */
+extern char hook_sym___close __asm__("__close"), hook_sym___dup2 __asm__("__dup2"),
+	hook_sym__IO_fclose __asm__("_IO_fclose"), hook_sym___clone __asm__("__clone"),
+	hook_sym___vfork __asm__("__vfork");
 
 struct named { const char *name; void *fn; };
 static const struct named table[] = {
@@ -53,6 +57,8 @@ static const struct named table[] = {
 #include "hooks-extra.def"
 #undef HOOK
 	{ "execl", &hook_sym_execl }, { "execlp", &hook_sym_execlp }, { "execle", &hook_sym_execle },
+	{ "__close", &hook_sym___close }, { "__dup2", &hook_sym___dup2 }, { "_IO_fclose", &hook_sym__IO_fclose },
+	{ "__clone", &hook_sym___clone }, { "__vfork", &hook_sym___vfork },
 };
 #define NTABLE (sizeof(table) / sizeof(table[0]))
 /* TABLE's indices in name order (in .bss: the one page of data every

@@ -87,6 +87,8 @@ EXPORT int close_range(unsigned lo, unsigned hi, int fl)
 	unsigned from = lo;
 
 	shim_ensure();
+	if (fl & CLOSE_RANGE_UNSHARE)   /* this thread's table becomes its own */
+		fdcache_distrust();
 	fdcache_drop_range(lo, hi);
 	if (!shim_ready)
 		return REAL(close_range)(lo, hi, fl);
@@ -153,6 +155,31 @@ EXPORT int endmntent(FILE *f)
 	return REAL(endmntent)(f);
 }
 
+/* libio's exported insides, each of which closes a stream's descriptor */
+EXPORT int _IO_proc_close(FILE *f)
+{
+	stream_closing(f);
+	return REAL(_IO_proc_close)(f);
+}
+
+EXPORT int _IO_file_close(FILE *f)
+{
+	stream_closing(f);
+	return REAL(_IO_file_close)(f);
+}
+
+EXPORT int _IO_file_close_it(FILE *f)
+{
+	stream_closing(f);
+	return REAL(_IO_file_close_it)(f);
+}
+
+EXPORT void _IO_file_finish(FILE *f, int dealloc)
+{
+	stream_closing(f);
+	REAL(_IO_file_finish)(f, dealloc);
+}
+
 /* glibc's exported names for close, dup2 and fclose */
 EXPORT int __close(int fd) { return close(fd); }
 EXPORT int __dup2(int a, int b) { return dup2(a, b); }
@@ -164,19 +191,35 @@ EXPORT int mq_close(mqd_t q)
 	return REAL(mq_close)(q);
 }
 
-/* One side shares the descriptor table and not the memory, or the other
- * way round. */
+/* One side shares the descriptor table, or the working directory, and not
+ * the memory, or the other way round: the descriptor cache, or the cached
+ * cwd (path.c), is checked from then on. */
 static void parting(uint64_t clone_flags)
 {
 	if (!(clone_flags & CLONE_VM) != !(clone_flags & CLONE_FILES))
 		fdcache_distrust();
+	if (!(clone_flags & CLONE_VM) != !(clone_flags & CLONE_FS))
+		cwd_distrust();
 }
 
+/* A new mount or user namespace unshares the working directory too. */
 EXPORT int unshare(int fl)
 {
 	if (fl & CLONE_FILES)
 		fdcache_distrust();
+	if (fl & (CLONE_FS | CLONE_NEWNS | CLONE_NEWUSER))
+		cwd_distrust();
 	return REAL(unshare)(fl);
+}
+
+static int clone_parting(int (*fn)(void *), void *stack, int fl, void *arg, va_list ap)
+{
+	pid_t *ptid = va_arg(ap, pid_t *);
+	void *tls = va_arg(ap, void *);
+	pid_t *ctid = va_arg(ap, pid_t *);
+
+	parting((unsigned)fl);
+	return REAL(clone)(fn, stack, fl, arg, ptid, tls, ctid);
 }
 
 /* ptid, tls and ctid are read whether passed or not, as glibc's clone
@@ -184,16 +227,23 @@ EXPORT int unshare(int fl)
 EXPORT int clone(int (*fn)(void *), void *stack, int fl, void *arg, ...)
 {
 	va_list ap;
-	pid_t *ptid, *ctid;
-	void *tls;
+	int r;
 
 	va_start(ap, arg);
-	ptid = va_arg(ap, pid_t *);
-	tls = va_arg(ap, void *);
-	ctid = va_arg(ap, pid_t *);
+	r = clone_parting(fn, stack, fl, arg, ap);
 	va_end(ap);
-	parting((unsigned)fl);
-	return REAL(clone)(fn, stack, fl, arg, ptid, tls, ctid);
+	return r;
+}
+
+EXPORT int __clone(int (*fn)(void *), void *stack, int fl, void *arg, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, arg);
+	r = clone_parting(fn, stack, fl, arg, ap);
+	va_end(ap);
+	return r;
 }
 
 /* syscall() of the same: the entries it closes or replaces dropped, the
@@ -209,18 +259,23 @@ HIDDEN void fdcache_syscall(long n, const long a[6])
 		fdcache_drop((int)a[1]);
 		break;
 	case SYS_close_range:
+		if (a[2] & CLOSE_RANGE_UNSHARE)
+			fdcache_distrust();
 		fdcache_drop_range((unsigned)a[0], (unsigned)a[1]);
 		break;
 	case SYS_unshare:
 		if (a[0] & CLONE_FILES)
 			fdcache_distrust();
+		if (a[0] & (CLONE_FS | CLONE_NEWNS | CLONE_NEWUSER))
+			cwd_distrust();
 		break;
 	case SYS_clone:
 		parting((uint64_t)a[0]);
 		break;
-	case SYS_clone3:        /* struct clone_args opens with its u64 flags */
-		if (a[0])
-			parting(*(const uint64_t *)a[0]);
+	case SYS_clone3:        /* its flags behind a pointer the kernel checks, not us */
+	case SYS_vfork:         /* a child in this memory, with a table of its own */
+		fdcache_distrust();
+		cwd_distrust();
 		break;
 	}
 }

@@ -32,6 +32,15 @@ static int cwd_cur = -1;        /* -1: not read yet (read at first need) */
  * the generation, before and after it (hooks.c), and a relative path then
  * reads the cwd again instead of joining it to a name that is gone. */
 static uint64_t cwd_gen;
+/* Set for good (until exec) where a thread or a child in this memory may
+ * have a working directory of its own (fdguard.c's parting): a relative
+ * path then asks the kernel each time. */
+static bool cwd_parted;
+
+HIDDEN void cwd_distrust(void)
+{
+	__atomic_store_n(&cwd_parted, true, __ATOMIC_SEQ_CST);
+}
 
 static uint64_t ns_gen(void)
 {
@@ -42,7 +51,7 @@ static uint64_t ns_gen(void)
  * (not in a vfork child: the cache is its parent's). */
 static void cwd_check(void)
 {
-	if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0)
+	if (__atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) < 0 || __atomic_load_n(&cwd_parted, __ATOMIC_ACQUIRE))
 		cwd_refresh();
 	else if (shim.session_open && __atomic_load_n(&cwd_gen, __ATOMIC_RELAXED) != ns_gen() &&
 		 !txn_vfork_child())
@@ -196,16 +205,19 @@ HOT static ssize_t normal_len(const char *p)
  * the C library: close, dup2, dup3, close_range, closefrom, glibc's exported
  * __close and __dup2, and the calls that close one inside libc, where no
  * close hook sees it: closedir (of fdopendir), fclose, _IO_fclose, pclose,
- * endmntent and fcloseall (of an fdopen'd stream), freopen, mq_close, daemon
- * and login_tty (their dup2 onto 0-2), syscall() of close, dup2, dup3 and
- * close_range (fdguard.c). A number glibc reuses for its own open (fopen's,
+ * endmntent and fcloseall (of an fdopen'd stream), libio's exported insides
+ * (_IO_proc_close, _IO_file_close, _IO_file_close_it, _IO_file_finish),
+ * freopen, mq_close, daemon and login_tty (their dup2 onto 0-2), syscall()
+ * of close, dup2, dup3 and close_range (fdguard.c), each also found by
+ * dlsym (dlsym.c). A number glibc reuses for its own open (fopen's,
  * opendir's) was dropped when it was closed, and is looked up in /proc
  * (hostile/fdreuse.c). A vfork child, whose memory is its parent's but
  * whose descriptor table is its own, only drops entries.
  *
- * Where this memory and the descriptor table part (a clone with CLONE_VM
- * but not CLONE_FILES or the other way round, unshare(CLONE_FILES), and
- * their syscall() forms), one side's closes and opens are not the other's:
+ * Where this memory and the descriptor table part (clone or __clone with
+ * CLONE_VM but not CLONE_FILES or the other way round, unshare(CLONE_FILES),
+ * close_range(CLOSE_RANGE_UNSHARE), and their syscall() forms, clone3 and
+ * vfork by syscall()), one side's closes and opens are not the other's:
  * from then on every entry is checked with an fstat against the inode it
  * was opened on before use (fdcache_distrust), as one taken before is read
  * again. What is left is a descriptor closed by a raw system call (inline
@@ -224,6 +236,7 @@ static struct fdc {
 	unsigned gen;          /* odd while being written; 0: never used */
 	int fd;                /* -1: empty */
 	bool known;            /* dev and ino were read (the cache was distrusted) */
+	bool kill;             /* a drop found the entry being written: empty it */
 	dev_t dev;
 	ino_t ino;
 	size_t len;            /* of its path, in fdc_path */
@@ -247,12 +260,23 @@ HIDDEN void fdcache_distrust(void)
 }
 
 /* P: the path of FD (with its inode in ST when the cache is distrusted),
- * or NULL: the entry emptied. */
+ * or NULL: the entry emptied. A writer takes the entry by making its
+ * generation odd; one that finds it taken (another thread, or the code a
+ * signal handler interrupted) does not wait: a put gives up, a drop leaves
+ * word that the entry be emptied when the other is done. */
 static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *p)
 {
+	unsigned g = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
+
+	do {
+		if (g & 1) {
+			if (!p)
+				__atomic_store_n(&e->kill, true, __ATOMIC_RELEASE);
+			return;
+		}
+	} while (!__atomic_compare_exchange_n(&e->gen, &g, g + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
 	if (p)
 		__atomic_or_fetch(&fdc_used, 1ull << (e - fdc), __ATOMIC_ACQ_REL);
-	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
 	e->fd = fd;
 	if (p) {
 		size_t n = strnlen(p, PATH_MAX - 1);
@@ -266,7 +290,9 @@ static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *
 		memcpy(fdc_path[e - fdc], p, n);
 		fdc_path[e - fdc][n] = 0;
 	}
-	__atomic_add_fetch(&e->gen, 1, __ATOMIC_ACQ_REL);
+	if (__atomic_exchange_n(&e->kill, false, __ATOMIC_ACQ_REL))
+		e->fd = -1;
+	__atomic_store_n(&e->gen, g + 2, __ATOMIC_RELEASE);
 }
 
 HIDDEN void fdcache_put(int fd, const char *p)
@@ -421,7 +447,12 @@ HOT HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, con
 			return 0;
 		}
 	} else {
-		if (dirfd == AT_FDCWD) {
+		if (dirfd == AT_FDCWD && __atomic_load_n(&cwd_parted, __ATOMIC_ACQUIRE)) {
+			/* this thread's own, not the one another thread read */
+			if (!getcwd(out, PATH_MAX))
+				return errno == ENAMETOOLONG || errno == ERANGE ? -ENAMETOOLONG : -ENOENT;
+			n = strlen(out);
+		} else if (dirfd == AT_FDCWD) {
 			cwd_check();
 			int i = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE);
 			if (!cwd_buf[i][0])

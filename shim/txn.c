@@ -702,8 +702,11 @@ __asm__(
 	"	.text\n"
 	"	.globl	vfork\n"
 	"	.type	vfork, @function\n"
+	"	.globl	__vfork\n"      /* glibc exports it too */
+	"	.type	__vfork, @function\n"
 	"	.p2align 4\n"
 	"vfork:\n"
+	"__vfork:\n"
 	"	movq	(%rsp), %rdi\n"
 	"	subq	$8, %rsp\n"
 	"	call	txn_vfork_enter\n"
@@ -717,12 +720,14 @@ __asm__(
 	"	call	txn_vfork_leave\n"
 	"	jmp	*%rdx\n"
 	"1:	jmp	txn_vfork_fallback\n"
-	"	.size	vfork, .-vfork\n");
+	"	.size	vfork, .-vfork\n"
+	"	.size	__vfork, .-__vfork\n");
 #else
 EXPORT pid_t vfork(void)
 {
 	return fork();          /* elsewhere a vfork child runs as a fork child */
 }
+EXPORT pid_t __vfork(void) { return fork(); }
 #endif
 
 /* From txreplay rewind's output OUT (N bytes): whether its summary line

@@ -23,20 +23,29 @@
  * through it, and journaled as A's); a clone child that shares the table
  * but not the memory puts C on a number the main thread's memory still
  * says is A's (C/victim14 is removed through it, and journaled as C's).
+ * The same through close_range(CLOSE_RANGE_UNSHARE) (A/victim15), __clone
+ * (C/victim16), a __vfork child (A/victim17), and a thread that unshares
+ * its working directory and moves to C while the main thread removes
+ * victim18 relative to its own, A (A/victim18).
  *
  * usage: fdreuse A B C   (three directories; creates, changes and removes
  * entries in B and C through reused numbers, and B/kept and B/other
  * through a reused file number; removes C/victim1 to C/victim12,
- * A/victim13 and C/victim14)
+ * A/victim13, C/victim14, A/victim15, C/victim16, A/victim17 and
+ * A/victim18)
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <mntent.h>
 #include <mqueue.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -156,31 +165,74 @@ static void *unshared_thread(void *arg)
 	return NULL;
 }
 
+/* the same, its table its own through close_range's flag */
+static void *close_range_thread(void *arg)
+{
+	struct part *p = arg;
+
+	if (close_range(p->fd, p->fd, CLOSE_RANGE_UNSHARE) < 0 || open(p->c, O_RDONLY | O_DIRECTORY) != p->fd)
+		return arg;
+	return NULL;
+}
+
+/* a working directory of its own: C */
+static void *chdir_thread(void *arg)
+{
+	struct part *p = arg;
+
+	if (unshare(CLONE_FS) < 0 || chdir(p->c) < 0)
+		return arg;
+	return NULL;
+}
+
 static int cloned_child(void *arg)
 {
 	_exit(put_c_on(arg) < 0);
 }
 
+extern int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+extern pid_t __vfork(void);
+
 /* A's number in the main thread, C's elsewhere (WHERE 0: a thread that
  * unshared its table; 1: a clone child sharing the table, not the memory:
- * then the main thread's number is C's too); remove NAME through it. */
+ * then the main thread's number is C's too; 2: a thread whose table is its
+ * own by close_range; 3: as 1, through __clone; 4: a __vfork child, whose
+ * table is its own; 5: a thread with a working directory of its own, C,
+ * and NAME removed by a path relative to the main thread's, A); remove
+ * NAME through it. */
 static int remove_parted(const char *a, const char *c, const char *name, int where)
 {
-	struct part p = { c, dir_fd(a) };
-	static char stack[1 << 16];
+	static char cabs[PATH_MAX], stack[1 << 16];
+	struct part p = { realpath(c, cabs), dir_fd(a) };
+	void *(*thread[])(void *) = { unshared_thread, NULL, close_range_thread, NULL, NULL, chdir_thread };
 	pthread_t t;
 	void *res;
+	pid_t pid;
 	int st;
 
-	if (p.fd < 0)
+	if (p.fd < 0 || !p.c)
 		return -1;
-	if (where == 0) {
-		if (pthread_create(&t, NULL, unshared_thread, &p) || pthread_join(t, &res) || res)
+	if (where == 5 && chdir(a) < 0)
+		return -1;
+	if (thread[where]) {
+		if (pthread_create(&t, NULL, thread[where], &p) || pthread_join(t, &res) || res)
 			return -1;
-	} else {
-		pid_t pid = clone(cloned_child, stack + sizeof(stack), CLONE_FILES | SIGCHLD, &p);
+	} else if (where == 4) {
+		if ((pid = __vfork()) == 0)
+			_exit(put_c_on(&p) < 0);
 		if (pid < 0 || waitpid(pid, &st, 0) != pid || st != 0)
 			return -1;
+	} else {
+		pid = (where == 1 ? clone : __clone)(cloned_child, stack + sizeof(stack), CLONE_FILES | SIGCHLD, &p);
+		if (pid < 0 || waitpid(pid, &st, 0) != pid || st != 0)
+			return -1;
+	}
+	if (where == 5) {
+		if (unlink(name) < 0) {
+			perror(name);
+			return -1;
+		}
+		return close(p.fd);
 	}
 	if (unlinkat(p.fd, name, 0) < 0) {
 		perror(name);
@@ -263,13 +315,22 @@ int main(int argc, char **argv)
 	 * before. 0: the thread's table is its own, the main thread's number
 	 * stays A's. 1: the child's table is the main thread's, the number is
 	 * C's for both. */
-	for (int where = 0; where < 2; where++) {
+	for (int where = 0; where < 6; where++) {
 		int st;
+		char name[16];
 		pid_t pid = fork();
+		snprintf(name, sizeof(name), "victim%d", 13 + where);
 		if (pid == 0)
-			_exit(remove_parted(argv[1], argv[3], where ? "victim14" : "victim13", where) < 0);
+			_exit(remove_parted(argv[1], argv[3], name, where) < 0);
 		if (pid < 0 || waitpid(pid, &st, 0) != pid || st != 0)
 			return 1;
+	}
+	/* clone3 with a bad pointer fails as the kernel says (the shim does
+	 * not read the flags behind it) */
+	errno = 0;
+	if (syscall(SYS_clone3, (void *)8, 88) != -1 || errno != EFAULT) {
+		fprintf(stderr, "fdreuse: clone3 of a bad pointer: %s\n", strerror(errno));
+		return 1;
 	}
 	return close(b2) || close(c2) || close(c);
 }
