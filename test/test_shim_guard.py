@@ -646,7 +646,9 @@ def test_library_handle_lookups_get_the_hooks(shim):
     """dlsym through a handle of the C library itself (ctypes.CDLL("libc.so.6"))
     gets the shim's hook for an interposed function, libc's own otherwise;
     RTLD_NEXT and RTLD_DEFAULT stay the caller's lookups (the executable's
-    next object is the preloaded shim); dlerror() is the program's own; and
+    next object is the preloaded shim); glibc's other names of hooked
+    functions (__close, __clone ...) get the hooks too; dlerror() is the
+    program's own; and
     an unlink through that handle is journaled and rewinds."""
     exe = shim.gcc("dlsymlibc", "dlsymlibc.c", flags=["-ldl"])
 
@@ -654,6 +656,8 @@ def test_library_handle_lookups_get_the_hooks(shim):
         assert proc.stdout.decode().split("\n") == [
             "handle unlink libftsbx.so", "handle strlen libc.so.6", "next unlink libftsbx.so",
             "default unlink libftsbx.so", "missing none error set", "after a hit, error clear",
+            "handle __close libftsbx.so", "handle __dup2 libftsbx.so", "handle _IO_fclose libftsbx.so",
+            "handle __clone libftsbx.so", "handle __vfork libftsbx.so", "handle pclose libftsbx.so",
             ""], proc.stdout
         assert not shim.exists("a.txt")
     shim.roundtrip(b"%s a.txt" % exe, check)

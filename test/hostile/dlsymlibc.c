@@ -37,6 +37,10 @@ int main(int argc, char **argv)
 	printf("missing %s error %s\n", where(none), dlerror() ? "set" : "clear");
 	dlsym(libc, "unlink");
 	printf("after a hit, error %s\n", dlerror() ? "set" : "clear");
+	/* glibc's other names of hooked functions */
+	static const char *const other[] = { "__close", "__dup2", "_IO_fclose", "__clone", "__vfork", "pclose", NULL };
+	for (const char *const *o = other; *o; o++)
+		printf("handle %s %s\n", *o, where(dlsym(libc, *o)));
 	if (argc > 1) {
 		rm = (int (*)(const char *))dlsym(libc, "unlink");
 		return rm(argv[1]) ? 1 : 0;
