@@ -385,12 +385,47 @@ HIDDEN int guard_unnamed(const char *op, const char *p)
 					   ENAMETOOLONG);
 }
 
+static bool in_session(pid_t pid);
+static long proc_number(const char *p, const char **end);
+
+/* P is /proc/PID/environ or /proc/PID/mem (or a task's), of a process
+ * outside the session: with [policy] signals = session, out of reach as
+ * its signals are. Its environment holds what the agent's own does not
+ * (the tokens of a harness, another user's session as root), and so may its
+ * memory. The session's own processes stay readable (ps e, psutil). */
+static bool foreign_process_secret(const char *p)
+{
+	const char *rest, *t;
+	long pid;
+
+	if (strncmp(p, "/proc/", 6) || (pid = proc_number(p + 6, &rest)) < 0)
+		return false;
+	if (!strncmp(rest, "/task/", 6)) {
+		if (proc_number(rest + 6, &t) < 0)
+			return false;
+		rest = t;
+	}
+	if (strcmp(rest, "/environ") && strcmp(rest, "/mem"))
+		return false;
+	return pid != (long)getpid() && policy_signals_session(pol) && !in_session((pid_t)pid);
+}
+
 HIDDEN int guard_read(const char *p)
 {
 	const char *why = NULL;
 
 	ready();
-	if (mode == PM_OFF || policy_path(pol, p, false, &why) != PV_DENY)
+	if (mode == PM_OFF)
+		return 0;
+	if (p[1] == 'p' && foreign_process_secret(p)) {
+		/* recorded once per process: ps reads them all */
+		static bool recorded;
+		if (!__atomic_exchange_n(&recorded, true, __ATOMIC_RELAXED))
+			shim_refuse_quietly("read", p, "[policy] signals = session: the environment or memory of a "
+					    "process outside the session", EACCES);
+		return mode == PM_AUDIT ? 0 : EACCES;
+	}
+	if (policy_path(pol, p, false, &why) != PV_DENY)
 		return 0;
 	return refuse("read", p, NULL, NULL, why, EACCES);
 }

@@ -231,6 +231,10 @@ HIDDEN void shim_unlock(void);
 HIDDEN void shim_say(const char *what, const char *path, int err, const char *why);
 HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
 		       const char *rule, int err);
+/* A refusal the kernel could have made itself (another process's
+ * environment), which programs meet in passing (ps reads every one):
+ * recorded, not said, not counted against the transaction. */
+HIDDEN int shim_refuse_quietly(const char *op, const char *path, const char *rule, int err);
 
 HIDDEN char *shim_getenv(const char *name);
 HIDDEN void shim_setenv(const char *name, const char *value);

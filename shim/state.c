@@ -354,14 +354,17 @@ __attribute__((destructor)) static void shim_dtor(void)
 		shim_segment_release();
 }
 
-HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
-		       const char *rule, int err)
+/* LOUD: said on stderr, and counted against the transaction (a refusal the
+ * root's reaping reports), else only recorded. */
+static int refuse_record(const char *op, const char *path, const char *path2, char *const *argv,
+			 const char *rule, int err, bool loud)
 {
 	uint8_t buf[8192];
 	struct jbuild b;
 	struct jseg *g;
 
-	shim_say("refused", path, err, rule);
+	if (loud)
+		shim_say("refused", path, err, rule);
 	if (shim_segment(&g))
 		return err;
 	jb_init(&b, buf, sizeof(buf), J_REFUSE, 0, shim_txn());
@@ -372,10 +375,21 @@ HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char
 	jb_str(&b, F_PATH2, path2);
 	jb_argv(&b, F_ARGV, argv);
 	jseg_append(g, &b, NULL);
-	if (shim_txn())         /* for the root's reaping: guard_rewind_counts */
+	if (loud && shim_txn())         /* for the root's reaping: guard_rewind_counts */
 		__atomic_store_n((uint32_t *)(void *)((char *)shim.s.ctr + JL_REFUSED_AT) +
 				 shim_txn() % JL_REFUSED_SLOTS, shim_txn(), __ATOMIC_RELEASE);
 	return err;
+}
+
+HIDDEN int shim_refuse(const char *op, const char *path, const char *path2, char *const *argv,
+		       const char *rule, int err)
+{
+	return refuse_record(op, path, path2, argv, rule, err, true);
+}
+
+HIDDEN int shim_refuse_quietly(const char *op, const char *path, const char *rule, int err)
+{
+	return refuse_record(op, path, NULL, NULL, rule, err, false);
 }
 
 static void atfork_child(void)

@@ -591,6 +591,41 @@ def test_an_orphan_the_root_forked_is_still_the_sessions_own(shim):
             pass
 
 
+def test_another_processs_environment_is_out_of_reach(shim):
+    """/proc/PID/environ and /proc/PID/mem of a process outside the session
+    (a scratch sleep holding a token in its environment) fail EACCES, as
+    another user's would, recorded once per process, said nowhere (ps reads every
+    process's environment: `ps aux` runs clean); the session's own (this
+    shell's, a child's, the root's through a Python child) stay readable;
+    with signals = any, the outside one is readable too."""
+    import subprocess
+    outside = subprocess.Popen(["sleep", "60"], env=dict(os.environ, SECRET_TOKEN="tok-4711"))
+    script = (b"cat /proc/%d/environ > leak 2> err; echo environ=$?; head -c1 /proc/%d/mem > /dev/null 2>&1; "
+              b"echo mem=$?; grep -c 'Permission denied' err; grep -q FTSBX_ /proc/self/environ; echo self=$?; "
+              b"sleep 5 & grep -q FTSBX_ /proc/$!/environ; echo child=$?; kill $!; "
+              b"python3 -c 'import os; print(b\"FTSBX_\" in open(\"/proc/%%d/environ\" %% os.getppid(), \"rb\").read())'; "
+              b"ps aux > /dev/null; echo ps=$?") % (outside.pid, outside.pid)
+    try:
+        proc = shim.sh(script)
+        out = proc.stdout.decode().split()
+        assert out == ["environ=1", "mem=1", "1", "self=0", "child=0", "True", "ps=0"], (out, proc.stderr)
+        assert b"tok-4711" not in open(shim.p("leak"), "rb").read()
+        log = shim.txreplay("log", shim.journal).stdout
+        refusals = [line for line in log.split(b"\n") if b" refuse " in line]
+        # one record per process that met any: cat's, head's, ps's first
+        assert len(refusals) == 3 and len({r.split()[3] for r in refusals}) == 3, log
+        assert b"read /proc/%d/environ" % outside.pid in refusals[0], log
+        assert b"read /proc/%d/mem" % outside.pid in refusals[1], log
+        policy = os.path.join(shim.base, b"any.ini")
+        with open(policy, "w") as f:
+            f.write("[policy]\nbase = default\nsignals = any\n")
+        proc = shim.sh(b"cat /proc/%d/environ" % outside.pid, env=dict(shim.env(True), FTSBX_POLICY=policy))
+        assert b"tok-4711" in proc.stdout
+    finally:
+        outside.kill()
+        outside.wait()
+
+
 ATTEMPT = """def attempt(what, fn):
     try:
         fn()
