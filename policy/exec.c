@@ -286,8 +286,17 @@ static bool operand_present(const char *pat, char *const args[], int n)
 	return false;
 }
 
+/* What a shell feeds a command on its standard input, as far as its
+ * script says (a here-document, a here-string, echo TEXT |): the =PATTERN
+ * tokens look at it as at one more argument (psql <<EOF DROP ... EOF), the
+ * flags and operands do not. */
+struct stdin_text {
+	const char *s;
+	size_t n;
+};
+
 static bool rule_match(const struct policy *pol, const struct pol_erule *r, const struct prog *pg,
-		       char *const args[], int n)
+		       char *const args[], int n, const struct stdin_text *in)
 {
 	const struct pol_etok *t = POL_TAB(pol, PT_TOKEN, struct pol_etok) + r->tok;
 	int next = 0;           /* the operand cursor */
@@ -308,7 +317,7 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 			int i = 0;
 			while (i < n && !glob_any(pat, args[i], strlen(args[i]), false))
 				i++;
-			if ((i < n) == !neg)
+			if ((i < n || (in && in->s && glob_any(pat, in->s, in->n, false))) == !neg)
 				continue;
 			return false;
 		}
@@ -337,7 +346,7 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 }
 
 static const struct pol_erule *first_rule(const struct policy *pol, int table, const struct prog *pg,
-					  char *const argv[], int argc)
+					  char *const argv[], int argc, const struct stdin_text *in)
 {
 	const struct pol_erule *r = POL_TAB(pol, table, struct pol_erule), *end = r + pol->b->tab[table].n;
 	unsigned c = pg->nfb ? pg->fb[0] : 0;   /* no alternative starts with byte 0 */
@@ -347,7 +356,7 @@ static const struct pol_erule *first_rule(const struct policy *pol, int table, c
 	if (pg->nfb <= 1) {
 		for (; r < end; r++)
 			if (((r->first[c >> 5] >> (c & 31) | r->anyfirst) & 1) &&
-			    rule_match(pol, r, pg, argv + 1, argc - 1))
+			    rule_match(pol, r, pg, argv + 1, argc - 1, in))
 				return r;
 		return NULL;
 	}
@@ -355,7 +364,7 @@ static const struct pol_erule *first_rule(const struct policy *pol, int table, c
 		uint32_t may = r->anyfirst;
 		for (int k = 0; k < pg->nfb; k++)
 			may |= r->first[pg->fb[k] >> 5] >> (pg->fb[k] & 31);
-		if ((may & 1) && rule_match(pol, r, pg, argv + 1, argc - 1))
+		if ((may & 1) && rule_match(pol, r, pg, argv + 1, argc - 1, in))
 			return r;
 	}
 	return NULL;
@@ -666,7 +675,7 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 		int idx;
 
 		resolve(&pg, level ? NULL : file, argv[0], NULL, NULL);
-		if ((r = first_rule(pol, table, &pg, argv, argc))) {
+		if ((r = first_rule(pol, table, &pg, argv, argc, NULL))) {
 			*why = pol_str(pol, r->rule);
 			return true;
 		}
@@ -682,7 +691,8 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 
 /* pol_exec_argv; ST (if not NULL): what policy_exec_stat says of it. */
 static enum pverdict exec_argv(const struct policy *pol, const char *file, char *const argv[],
-			       const char *path_value, int depth, const char **why, struct stat *st);
+			       const char *path_value, int depth, const char **why, struct stat *st,
+			       const struct stdin_text *in);
 
 /* docker exec [OPTIONS] CONTAINER COMMAND... (podman, nerdctl; docker
  * compose exec SERVICE ..., docker-compose): the index of COMMAND in ARGV,
@@ -728,7 +738,8 @@ static __attribute__((noinline)) bool ssh_denies(const struct policy *pol, char 
 }
 
 static enum pverdict exec_argv(const struct policy *pol, const char *file, char *const argv[],
-			       const char *path_value, int depth, const char **why, struct stat *st)
+			       const char *path_value, int depth, const char **why, struct stat *st,
+			       const struct stdin_text *in)
 {
 	int argc = count(argv);
 	struct prog pg;
@@ -745,7 +756,7 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 		int idx;
 
 		resolve(&pg, level ? NULL : file, argv[0], path_value, level ? NULL : st);
-		if ((r = first_rule(pol, PT_DENY, &pg, argv, argc))) {
+		if ((r = first_rule(pol, PT_DENY, &pg, argv, argc, in))) {
 			*why = pol_str(pol, r->rule);
 			return PV_DENY;
 		}
@@ -761,14 +772,15 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 				dd++;
 			while (dd < argc && strcmp(argv[dd], "--"))
 				dd++;
-			if (dd + 1 < argc && exec_argv(pol, NULL, argv + dd + 1, path_value, depth + 1, why, NULL) == PV_DENY)
+			if (dd + 1 < argc &&
+			    exec_argv(pol, NULL, argv + dd + 1, path_value, depth + 1, why, NULL, in) == PV_DENY)
 				return PV_DENY;
 		}
 		/* docker exec CONTAINER COMMAND: the container runs COMMAND */
 		if ((starts_with(&pg, 'd') || starts_with(&pg, 'p') || starts_with(&pg, 'n')) && argc > 3 &&
 		    has_name(&pg, "docker|podman|nerdctl|docker-compose|podman-compose")) {
 			int at = container_exec_command(argv, argc);
-			if (at && exec_argv(pol, NULL, argv + at, path_value, depth + 1, why, NULL) == PV_DENY)
+			if (at && exec_argv(pol, NULL, argv + at, path_value, depth + 1, why, NULL, in) == PV_DENY)
 				return PV_DENY;
 		}
 		/* ssh HOST COMMAND: the remote shell runs COMMAND; the same
@@ -789,9 +801,11 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 }
 
 enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *const argv[],
-			    const char *path_value, int depth, const char **why)
+			    const char *path_value, int depth, const char **why, const char *in, size_t in_n)
 {
-	return exec_argv(pol, file, argv, path_value, depth, why, NULL);
+	struct stdin_text t = { in, in_n };
+
+	return exec_argv(pol, file, argv, path_value, depth, why, NULL, in ? &t : NULL);
 }
 
 enum pverdict policy_exec_stat(const struct policy *pol, const char *file, char *const argv[],
@@ -806,7 +820,7 @@ enum pverdict policy_exec_stat(const struct policy *pol, const char *file, char 
 	*why = NULL;
 	if (!argv)
 		return PV_ALLOW;
-	return exec_argv(pol, file, argv, path_value, 0, why, st);
+	return exec_argv(pol, file, argv, path_value, 0, why, st, NULL);
 }
 
 enum pverdict policy_exec(const struct policy *pol, const char *file, char *const argv[],

@@ -168,9 +168,10 @@ bool glob_match(const char *pat, const char *s, size_t n, bool slash);
 bool glob_any(const char *pat, const char *s, size_t n, bool slash);
 bool glob_has_magic(const char *p, size_t n);
 
-/* exec.c */
+/* exec.c; IN[0..IN_N): what the command reads on its standard input, as a
+ * shell script says (a here-document ...), or NULL */
 enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *const argv[],
-			    const char *path_value, int depth, const char **why);
+			    const char *path_value, int depth, const char **why, const char *in, size_t in_n);
 bool pol_rules_match(const struct policy *pol, int table, const char *file, char *const argv[],
 		     const char **why);
 bool pol_is_interpreter(const struct policy *pol, const char *name);

@@ -51,6 +51,16 @@ struct sh {
 	const char *redir_out;          /* where the command's output goes (> FILE) */
 	uint8_t cur_wf;
 	size_t word_start;
+	/* what the command being read gets on its standard input, as far as
+	 * the script says: a here-string's word (IN), its first here-document
+	 * (those from NHD_CMD on are its own), the words of an echo or printf
+	 * before the pipe (PIPED) */
+	const char *in;
+	size_t in_n;
+	bool herestr;
+	int nhd_cmd;
+	char piped[512];
+	size_t piped_n;
 	/* here-documents waiting for the end of the line */
 	int nhd;
 	char hd[MAX_HEREDOC][64];
@@ -493,13 +503,17 @@ static void end_word(struct sh *p)
 	} else if (p->redirect) {
 		if (p->redir_in && (p->cur_wf || fetched_file(p, w) || refs_var(p, w)))
 			p->redir_fetch = true;  /* < <(curl URL), < FETCHED, <<< "$(curl URL)" */
+		if (p->herestr) {
+			p->in = w;
+			p->in_n = strlen(w);
+		}
 		if (!p->redir_in && !p->redir_fd)
 			p->redir_out = w;
 	} else if (p->argc < MAXW) {
 		p->argv[p->argc] = w;
 		p->wf[p->argc++] = p->cur_wf;
 	}
-	p->redirect = p->redir_fd = false;
+	p->redirect = p->redir_fd = p->herestr = false;
 	p->cur_wf = 0;
 }
 
@@ -713,6 +727,73 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 		deny(p, fetch_why);             /* curl URL | xargs bash */
 }
 
+/* The body of the line's here-document H, which starts after the line
+ * the reader is in (S[0..*N)), or NULL. */
+static const char *heredoc_body(const struct sh *p, int h, size_t *n)
+{
+	const char *nl = memchr(p->s + p->i, '\n', p->n - p->i);
+	size_t e = nl ? (size_t)(nl - p->s) + 1 : p->n;
+
+	for (int k = 0; k <= h && e < p->n; k++) {
+		size_t body = e;
+		while (e < p->n) {
+			const char *line = p->s + e, *end = memchr(line, '\n', p->n - e), *t = line;
+			size_t ln = end ? (size_t)(end - line) : p->n - e;
+			while (p->hd_strip[k] && t < line + ln && *t == '\t')
+				t++;
+			e += ln + (end != NULL);
+			if (ln - (size_t)(t - line) == strlen(p->hd[k]) && !memcmp(t, p->hd[k], ln - (size_t)(t - line))) {
+				if (k == h) {
+					*n = (size_t)(line - p->s) - body;
+					return p->s + body;
+				}
+				break;
+			}
+		}
+	}
+	return NULL;
+}
+
+/* What the command being read gets on its standard input, as the script
+ * says, or NULL. */
+static const char *stdin_text(const struct sh *p, size_t *n)
+{
+	if (p->in) {
+		*n = p->in_n;
+		return p->in;
+	}
+	if (p->nhd > p->nhd_cmd)
+		return heredoc_body(p, p->nhd_cmd, n);
+	if (p->after_pipe && p->piped_n) {
+		*n = p->piped_n;
+		return p->piped;
+	}
+	return NULL;
+}
+
+/* After echo or printf |: its words, for the next stage's stdin_text. */
+static void keep_piped(struct sh *p, int op)
+{
+	char *const *av = p->argv;
+	int ac = p->argc, k = 0;
+
+	p->piped_n = 0;
+	while (k < ac && is_assign(av[k]))
+		k++;
+	if (op != OP_PIPE || k >= ac || !one_of(pol_base(av[k]), "echo\0printf\0"))
+		return;
+	for (k++; k < ac; k++) {
+		size_t w = strlen(av[k]);
+		if (p->piped_n + w + 1 >= sizeof(p->piped))
+			w = sizeof(p->piped) - p->piped_n - 2;
+		memcpy(p->piped + p->piped_n, av[k], w);
+		p->piped_n += w;
+		p->piped[p->piped_n++] = ' ';
+		if (p->piped_n + 2 >= sizeof(p->piped))
+			break;
+	}
+}
+
 static void command(struct sh *p)
 {
 	char **av = p->argv;
@@ -770,9 +851,11 @@ static void command(struct sh *p)
 		for (int k = 1; k < ac; k++)
 			if (av[k][0] != '-')
 				remember(p->files, &p->nfiles, av[k], strlen(av[k]));
-	const char *why = NULL;
+	const char *why = NULL, *in;
+	size_t in_n = 0;
 	av[ac] = NULL;
-	if (pol_exec_argv(p->pol, NULL, av, p->path_value, p->depth + 1, &why) == PV_DENY)
+	in = stdin_text(p, &in_n);
+	if (pol_exec_argv(p->pol, NULL, av, p->path_value, p->depth + 1, &why, in, in_n) == PV_DENY)
 		deny(p, why);
 	p->last_fetch = fetcher;
 	p->group_fetch[p->paren] |= fetcher;
@@ -785,6 +868,9 @@ static void end_command(struct sh *p, int op)
 	end_word(p);
 	if (p->argc && !p->deny)
 		command(p);
+	keep_piped(p, op);
+	p->in = NULL;
+	p->nhd_cmd = p->nhd;
 	p->argc = 0;
 	p->len = 0;
 	p->redirect = p->redir_fetch = p->redir_fd = false;
@@ -827,7 +913,7 @@ static void heredocs(struct sh *p)
 		}
 		p->i = e;
 	}
-	p->nhd = 0;
+	p->nhd = p->nhd_cmd = 0;
 	p->hd_shell = false;
 }
 
@@ -855,6 +941,7 @@ static void redirection(struct sh *p)
 		p->hd_strip[p->nhd < MAX_HEREDOC ? p->nhd : 0] = s[i + 2] == '-';
 		i += 2 + (s[i + 2] == '-');
 	} else {
+		p->herestr = in && i + 2 < p->n && s[i + 1] == '<' && s[i + 2] == '<';
 		while (i < p->n && strchr("<>&|", s[i]))
 			i++;
 		p->redirect = true;

@@ -683,6 +683,35 @@ static void test_program_resolution(void **state)
 	policy_free(pol);
 }
 
+/* =PATTERN tokens see what a script feeds a command on its standard input
+ * (a here-document, a here-string, echo or printf before a pipe); flags
+ * and operands do not, and other commands' input is theirs. */
+static void test_shell_stdin_text(void **state)
+{
+	struct policy *pol = load("[commands]\n"
+				  "sql-drop = psql|mysql =*[Dd][Rr][Oo][Pp][!a-zA-Z0-9_]*\n"
+				  "sql-update-all = psql =*[Uu][Pp][Dd][Aa][Tt][Ee]*[Ss][Ee][Tt]* !=*[Ww][Hh][Ee][Rr][Ee]*\n"
+				  "rm-rf = rm -r|-R|--recursive\n");
+
+	(void)state;
+	assert_int_equal(sh(pol, "psql <<EOF\nselect 1;\nDROP TABLE users;\nEOF\n"), PV_DENY);
+	assert_int_equal(sh(pol, "psql -h db <<-'SQL'\n\tDROP DATABASE prod;\n\tSQL\necho done"), PV_DENY);
+	assert_int_equal(sh(pol, "cat <<A; psql <<B\nDROP x;\nA\nselect 1;\nB\n"), PV_ALLOW);
+	assert_int_equal(sh(pol, "cat <<A; psql <<B\nselect 1;\nA\ndrop table t;\nB\n"), PV_DENY);
+	assert_int_equal(sh(pol, "psql <<< 'drop table t'"), PV_DENY);
+	assert_int_equal(sh(pol, "echo 'DROP TABLE t;' | psql"), PV_DENY);
+	assert_int_equal(sh(pol, "printf 'drop table t;\\n' | mysql -u root"), PV_DENY);
+	assert_int_equal(sh(pol, "echo 'update t set a=1' | psql"), PV_DENY);
+	assert_int_equal(sh(pol, "echo 'update t set a=1 where id=2' | psql"), PV_ALLOW);
+	assert_int_equal(sh(pol, "psql <<EOF\nselect * from drops_log;\nEOF\n"), PV_ALLOW);
+	assert_int_equal(sh(pol, "echo 'DROP TABLE t' > x.sql; psql -c 'select 1'"), PV_ALLOW);
+	assert_int_equal(sh(pol, "echo 'DROP TABLE t' | tee x.sql | wc -l"), PV_ALLOW);
+	assert_int_equal(sh(pol, "cat > notes.md <<EOF\nDROP the old table later\nEOF\npsql -c 'select 1'"), PV_ALLOW);
+	/* flags are not taken from the input */
+	assert_int_equal(sh(pol, "rm <<EOF\n-r\nEOF\n"), PV_ALLOW);
+	policy_free(pol);
+}
+
 static void test_shell_strings(void **state)
 {
 	struct policy *pol = load("[commands]\nfmt = mkfs|mkfs.*\npush = git push -f|--force\n");
@@ -1296,6 +1325,7 @@ int main(void)
 		cmocka_unit_test(test_remote_commands),
 		cmocka_unit_test(test_program_resolution),
 		cmocka_unit_test(test_shell_strings),
+		cmocka_unit_test(test_shell_stdin_text),
 		cmocka_unit_test(test_key_fetch_and_run),
 		cmocka_unit_test(test_key_network),
 		cmocka_unit_test(test_key_rewind),
