@@ -19,6 +19,7 @@
  * off mode nothing is asked.
  */
 #include <sched.h>
+#include <sys/ptrace.h>
 #include <sys/auxv.h>
 #include <stdlib.h>
 #include <string.h>
@@ -919,8 +920,10 @@ HIDDEN int guard_process(pid_t target, const char *op)
 	return judge_target(target, SIGKILL, what);
 }
 
-/* pidfd_send_signal: the target is the pid behind the descriptor. */
-HIDDEN int guard_pidfd(int pidfd, int sig)
+/* The pid behind a pidfd (or a /proc/PID directory's descriptor, which
+ * works as one: killall), or 0: not one, gone (the call fails, ESRCH), or
+ * in another pid namespace, which this one cannot judge. */
+static pid_t pidfd_pid(int pidfd)
 {
 	char path[64], buf[1024];
 	const char *p;
@@ -936,16 +939,37 @@ HIDDEN int guard_pidfd(int pidfd, int sig)
 	buf[n > 0 ? n : 0] = 0;
 	p = strstr(buf, "\nPid:");
 	if (p) {
-		/* -1: the process is gone (the call fails, ESRCH); 0: it is in
-		 * another pid namespace, which this one cannot judge */
 		pid_t pid = (pid_t)strtol(p + 5, NULL, 10);
-		return pid > 0 ? guard_signal(pid, sig) : 0;
+		return pid > 0 ? pid : 0;
 	}
-	/* a /proc/PID directory descriptor works as a pidfd too (killall) */
 	char target[PATH_MAX];
 	if (path_fd(target, pidfd) == 0 && !strncmp(target, "/proc/", 6) && target[6] >= '1' && target[6] <= '9')
-		return guard_signal((pid_t)strtol(target + 6, NULL, 10), sig);
+		return (pid_t)strtol(target + 6, NULL, 10);
 	return 0;
+}
+
+/* pidfd_send_signal: the target is the pid behind the descriptor. */
+HIDDEN int guard_pidfd(int pidfd, int sig)
+{
+	pid_t pid = pidfd_pid(pidfd);
+
+	return pid ? guard_signal(pid, sig) : 0;
+}
+
+/* pidfd_getfd: a copy of another process's descriptor (its files, its
+ * sockets) is as good as a signal to it. */
+HIDDEN int guard_pidfd_getfd(int pidfd)
+{
+	pid_t pid = pidfd_pid(pidfd);
+
+	return pid ? guard_process(pid, "pidfd_getfd") : 0;
+}
+
+/* ptrace: attaching to a process outside the session would let it run
+ * anything, as that process; the other requests need an attach first. */
+HIDDEN int guard_ptrace(long req, pid_t pid)
+{
+	return req == PTRACE_ATTACH || req == PTRACE_SEIZE ? guard_process(pid, "ptrace") : 0;
 }
 
 HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)

@@ -6,6 +6,7 @@
  * to the real call to fail; any other failure to journal refuses the call:
  * nothing changes unjournaled.
  */
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1041,6 +1042,36 @@ static FILE *fopen_hook(FILE *(*real)(const char *, const char *), const char *p
 
 EXPORT FILE *fopen(const char *p, const char *m) { return fopen_hook(REAL(fopen), p, m); }
 EXPORT FILE *fopen64(const char *p, const char *m) { return fopen_hook(REAL(fopen64), p, m); }
+
+/* ptrace (variadic: pid, addr and data are read whether passed or not, as
+ * glibc's own wrapper does): an attach is judged as a signal is. */
+EXPORT long ptrace(enum __ptrace_request req, ...)
+{
+	struct hook_ctx c;
+	va_list ap;
+	pid_t pid;
+	void *addr, *data;
+	long r;
+	int err;
+
+	va_start(ap, req);
+	pid = va_arg(ap, pid_t);
+	addr = va_arg(ap, void *);
+	data = va_arg(ap, void *);
+	va_end(ap);
+	shim_ensure();
+	if (!hook_enter(&c))
+		return REAL(ptrace)(req, pid, addr, data);
+	if ((err = guard_ptrace(req, pid))) {
+		shim_unlock();
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	r = REAL(ptrace)(req, pid, addr, data);
+	shim_unlock();
+	return r;
+}
 
 /* connect: judged before (the policy's [network]); a Unix socket's peer
  * after, for tmux's and screen's clients (guard_connected): a refused one

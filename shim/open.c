@@ -334,6 +334,9 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_sched_setparam: return guard_process((pid_t)a[0], "sched_setparam");
 	case SYS_sched_setaffinity: return guard_process((pid_t)a[0], "sched_setaffinity");
 	case SYS_process_vm_writev: return guard_process((pid_t)a[0], "process_vm_writev");
+	case SYS_process_vm_readv: return guard_process((pid_t)a[0], "process_vm_readv");
+	case SYS_pidfd_getfd: return guard_pidfd_getfd(I(0));
+	case SYS_ptrace:     return guard_ptrace(a[0], (pid_t)a[1]);
 	case SYS_connect:    return guard_connect((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_bind:       return pre_bind((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);

@@ -27,6 +27,7 @@
 #include <sys/uio.h>
 #include <signal.h>
 #include <sys/pidfd.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -303,6 +304,8 @@ HIDDEN int guard_unnamed(const char *op, const char *p);
 HIDDEN int guard_signal(pid_t target, int sig);
 HIDDEN int guard_process(pid_t target, const char *op);
 HIDDEN int guard_pidfd(int pidfd, int sig);
+HIDDEN int guard_pidfd_getfd(int pidfd);
+HIDDEN int guard_ptrace(long req, pid_t pid);
 HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len);
 HIDDEN int guard_connected(int fd, const char *path);
 HIDDEN bool guard_fork_of(pid_t pid, pid_t root);

@@ -626,6 +626,77 @@ def test_another_processs_environment_is_out_of_reach(shim):
         outside.wait()
 
 
+PROCESS_REACH = r"""
+import ctypes, os, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+outside = int(sys.argv[1])
+mine = subprocess.Popen(["sleep", "30"])
+SYS_ptrace, SYS_process_vm_readv, SYS_pidfd_open, SYS_pidfd_getfd = 101, 310, 434, 438
+
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+def res(r):
+    return "ok" if r >= 0 else os.strerror(ctypes.get_errno())
+
+def sys_(*a):    # every argument a long, as the kernel reads them
+    return libc.syscall(*(ctypes.c_long(x) if isinstance(x, int) else x for x in a))
+
+def attach(pid, raw=False):
+    r = sys_(SYS_ptrace, 16, pid, 0, 0) if raw else libc.ptrace(16, pid, None, None)
+    if r == 0:
+        os.waitpid(pid, 0)
+        libc.ptrace(17, pid, None, None)
+    return res(r)
+
+def readv(pid, raw=False):
+    buf = ctypes.create_string_buffer(8)
+    local, remote = iovec(ctypes.addressof(buf), 8), iovec(0x1000, 8)
+    if raw:
+        r = sys_(SYS_process_vm_readv, pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    else:
+        r = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    e = ctypes.get_errno()
+    return "ok" if r >= 0 or e == 14 else os.strerror(e)     # EFAULT: reached, no page there
+
+def getfd(pid, raw=False):
+    pfd = sys_(SYS_pidfd_open, pid, 0)
+    r = sys_(SYS_pidfd_getfd, pfd, 0, 0) if raw else libc.pidfd_getfd(pfd, 0, 0)
+    return res(r)
+
+for name, fn in (("attach", attach), ("readv", readv), ("getfd", getfd)):
+    print(name, fn(outside), fn(outside, True), fn(mine.pid), fn(mine.pid, True))
+mine.kill()
+"""
+
+
+def test_another_process_is_not_traced_read_or_robbed(shim):
+    """ptrace attach, process_vm_readv and pidfd_getfd to a process outside
+    the session are refused EPERM, through glibc and through syscall(), with
+    Landlock off too (whose domain refuses a ptrace of its own); the
+    session's own child stays reachable (a debugger, py-spy)."""
+    import subprocess
+    outside = subprocess.Popen(["sleep", "60"])
+    policy = os.path.join(shim.base, b"nolandlock.ini")
+    with open(policy, "w") as f:
+        f.write("[policy]\nbase = default\nlandlock = off\n")
+    with open(shim.p("reach.py"), "w") as f:
+        f.write(PROCESS_REACH)
+    try:
+        for env in (shim.env(True), dict(shim.env(True), FTSBX_POLICY=policy)):
+            proc = shim.sh(b"python3 reach.py %d" % outside.pid, env=env, refusals_ok=True)
+            denied = os.strerror(1)
+            assert proc.stdout.decode().splitlines() == [
+                f"{name} {denied} {denied} ok ok" for name in ("attach", "readv", "getfd")], proc.stdout + proc.stderr
+        assert outside.poll() is None
+    finally:
+        outside.kill()
+        outside.wait()
+
+
 ATTEMPT = """def attempt(what, fn):
     try:
         fn()
