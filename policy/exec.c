@@ -288,15 +288,87 @@ static bool operand_present(const char *pat, char *const args[], int n)
 
 /* What a shell feeds a command on its standard input, as far as its
  * script says (a here-document, a here-string, echo TEXT |): the =PATTERN
- * tokens look at it as at one more argument (psql <<EOF DROP ... EOF), the
- * flags and operands do not. */
+ * tokens look at each of its statements (below) as at one more argument
+ * (psql <<EOF DROP ... EOF), the flags and operands do not. */
 struct stdin_text {
 	const char *s;
 	size_t n;
 };
 
+/* The next statement of IN from *POS on, as SQL and the shells split them
+ * (at a ';' outside quotes), without its comments (-- to the end of the
+ * line, and C's), in BUF (CAP bytes); one too long for BUF as it stands.
+ * NULL at the end. So a statement's !=*WHERE* is its own, not the next
+ * one's, and a comment's "drop the index later" is no DROP. */
+static const char *next_statement(const struct stdin_text *in, size_t *pos, char *buf, size_t cap, size_t *len)
+{
+	const char *s = in->s;
+	size_t i = *pos, start = i, k = 0;
+	char quote = 0;
+	bool cut = false;
+
+	if (i >= in->n)
+		return NULL;
+	for (; i < in->n; i++) {
+		char c = s[i];
+		if (!quote && c == ';')
+			break;
+		if (!quote && c == '-' && i + 1 < in->n && s[i + 1] == '-') {
+			while (i < in->n && s[i] != '\n')
+				i++;
+			c = '\n';
+		} else if (!quote && c == '/' && i + 1 < in->n && s[i + 1] == '*') {
+			for (i += 2; i + 1 < in->n && !(s[i] == '*' && s[i + 1] == '/'); i++)
+				;
+			i++;
+			c = ' ';
+		} else if (quote ? c == quote : (c == '\'' || c == '"')) {
+			quote = quote ? 0 : c;
+		}
+		if (k < cap)
+			buf[k++] = c;
+		else
+			cut = true;
+	}
+	*pos = i + 1;
+	if (cut) {              /* as it stands, comments and all */
+		*len = (i < in->n ? i : in->n) - start;
+		return s + start;
+	}
+	*len = k;
+	return buf;
+}
+
+static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, const struct prog *pg,
+			  char *const args[], int n, const struct stdin_text *in);
+
+/* Apart, so that its buffer is on the stack only with a shell's input
+ * (every exec in a shell's fork child is judged, a page fault each new
+ * page of stack). */
+static __attribute__((noinline)) bool rule_match_stdin(const struct policy *pol, const struct pol_erule *r,
+							const struct prog *pg, char *const args[], int n,
+							const struct stdin_text *in)
+{
+	char buf[2048];
+	struct stdin_text st;
+	size_t pos = 0;
+
+	while ((st.s = next_statement(in, &pos, buf, sizeof(buf), &st.n)))
+		if (rule_match_in(pol, r, pg, args, n, &st))
+			return true;
+	return false;
+}
+
+/* R matches ARGS, or ARGS with one statement of IN (each =PATTERN token,
+ * and each !=PATTERN, on the same statement). */
 static bool rule_match(const struct policy *pol, const struct pol_erule *r, const struct prog *pg,
 		       char *const args[], int n, const struct stdin_text *in)
+{
+	return rule_match_in(pol, r, pg, args, n, NULL) || (in && in->s && rule_match_stdin(pol, r, pg, args, n, in));
+}
+
+static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, const struct prog *pg,
+			  char *const args[], int n, const struct stdin_text *in)
 {
 	const struct pol_etok *t = POL_TAB(pol, PT_TOKEN, struct pol_etok) + r->tok;
 	int next = 0;           /* the operand cursor */
@@ -317,7 +389,7 @@ static bool rule_match(const struct policy *pol, const struct pol_erule *r, cons
 			int i = 0;
 			while (i < n && !glob_any(pat, args[i], strlen(args[i]), false))
 				i++;
-			if ((i < n || (in && in->s && glob_any(pat, in->s, in->n, false))) == !neg)
+			if ((i < n || (in && glob_any(pat, in->s, in->n, false))) == !neg)
 				continue;
 			return false;
 		}

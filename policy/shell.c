@@ -59,8 +59,11 @@ struct sh {
 	size_t in_n;
 	bool herestr;
 	int nhd_cmd;
-	char piped[512];
+	char piped[1024];
 	size_t piped_n;
+	const char *pin;        /* what the next stage gets: PIPED, or a body */
+	size_t pin_n;
+	bool hd_lost;           /* a here-document this line could not keep */
 	/* here-documents waiting for the end of the line */
 	int nhd;
 	char hd[MAX_HEREDOC][64];
@@ -232,7 +235,8 @@ static void dquote(struct sh *p)
 			p->i++;
 		}
 	}
-	p->i++;
+	if (p->i < p->n)
+		p->i++;         /* the closing quote (none at the end of the script) */
 }
 
 /* --- what a script fetched ------------------------------------------------------ */
@@ -499,6 +503,8 @@ static void end_word(struct sh *p)
 		size_t n = strlen(w);
 		if (p->nhd < MAX_HEREDOC && n < sizeof(p->hd[0]))
 			memcpy(p->hd[p->nhd++], w, n + 1);
+		else
+			p->hd_lost = true;
 		p->want_delim = false;
 	} else if (p->redirect) {
 		if (p->redir_in && (p->cur_wf || fetched_file(p, w) || refs_var(p, w)))
@@ -727,22 +733,40 @@ static void check_fetch(struct sh *p, char **av, int ac, const uint8_t *wf, bool
 		deny(p, fetch_why);             /* curl URL | xargs bash */
 }
 
-/* The body of the line's here-document H, which starts after the line
- * the reader is in (S[0..*N)), or NULL. */
+/* Where the line the reader is in ends: its here-documents' bodies start
+ * after it. */
+static size_t line_end(const struct sh *p)
+{
+	const char *nl = p->i < p->n ? memchr(p->s + p->i, '\n', p->n - p->i) : NULL;
+
+	return nl ? (size_t)(nl - p->s) + 1 : p->n;
+}
+
+/* The body of the line's here-document H (S[0..*N)), or NULL: up to its
+ * delimiter's line (a '\r' before the newline or not), or to the end of
+ * the script, as bash reads one that has none. */
 static const char *heredoc_body(const struct sh *p, int h, size_t *n)
 {
-	const char *nl = memchr(p->s + p->i, '\n', p->n - p->i);
-	size_t e = nl ? (size_t)(nl - p->s) + 1 : p->n;
+	size_t e = line_end(p);
 
 	for (int k = 0; k <= h && e < p->n; k++) {
-		size_t body = e;
-		while (e < p->n) {
+		size_t body = e, dl = strlen(p->hd[k]);
+		for (;;) {
+			if (e >= p->n) {
+				if (k != h)
+					return NULL;
+				*n = p->n - body;
+				return p->s + body;
+			}
 			const char *line = p->s + e, *end = memchr(line, '\n', p->n - e), *t = line;
 			size_t ln = end ? (size_t)(end - line) : p->n - e;
+			e += ln + (end != NULL);
 			while (p->hd_strip[k] && t < line + ln && *t == '\t')
 				t++;
-			e += ln + (end != NULL);
-			if (ln - (size_t)(t - line) == strlen(p->hd[k]) && !memcmp(t, p->hd[k], ln - (size_t)(t - line))) {
+			ln -= (size_t)(t - line);
+			if (ln && t[ln - 1] == '\r')
+				ln--;
+			if (ln == dl && !memcmp(t, p->hd[k], dl)) {
 				if (k == h) {
 					*n = (size_t)(line - p->s) - body;
 					return p->s + body;
@@ -754,44 +778,76 @@ static const char *heredoc_body(const struct sh *p, int h, size_t *n)
 	return NULL;
 }
 
-/* What the command being read gets on its standard input, as the script
- * says, or NULL. */
-static const char *stdin_text(const struct sh *p, size_t *n)
+/* The texts the command being read may get on its standard input, as the
+ * script says (bash takes the last of its redirections; each is looked
+ * at): its here-string, its here-documents, the rest of the script when
+ * one of them could not be followed (too many, a delimiter too long), what
+ * the stage before the pipe wrote. */
+#define MAX_STDIN (MAX_HEREDOC + 3)
+static int stdin_texts(const struct sh *p, const char *t[MAX_STDIN], size_t n[MAX_STDIN])
 {
+	int k = 0;
+
 	if (p->in) {
-		*n = p->in_n;
-		return p->in;
+		t[k] = p->in;
+		n[k++] = p->in_n;
 	}
-	if (p->nhd > p->nhd_cmd)
-		return heredoc_body(p, p->nhd_cmd, n);
-	if (p->after_pipe && p->piped_n) {
-		*n = p->piped_n;
-		return p->piped;
+	for (int h = p->nhd_cmd; h < p->nhd && k < MAX_STDIN; h++)
+		if ((t[k] = heredoc_body(p, h, &n[k])))
+			k++;
+	if (p->hd_lost && k < MAX_STDIN) {
+		size_t e = line_end(p);
+		t[k] = p->s + e;
+		n[k++] = p->n - e;
 	}
-	return NULL;
+	if (p->after_pipe && p->pin && k < MAX_STDIN) {
+		t[k] = p->pin;
+		n[k++] = p->pin_n;
+	}
+	return k;
 }
 
-/* After echo or printf |: its words, for the next stage's stdin_text. */
+/* Before the pipe: what echo or printf writes (its words), or what cat
+ * passes on of its own standard input, for the next stage's stdin_texts. */
 static void keep_piped(struct sh *p, int op)
 {
 	char *const *av = p->argv;
 	int ac = p->argc, k = 0;
+	const char *t[MAX_STDIN];
+	size_t n[MAX_STDIN];
 
-	p->piped_n = 0;
+	p->pin = NULL;
+	p->pin_n = 0;
 	while (k < ac && is_assign(av[k]))
 		k++;
-	if (op != OP_PIPE || k >= ac || !one_of(pol_base(av[k]), "echo\0printf\0"))
+	if (op != OP_PIPE || k >= ac)
 		return;
-	for (k++; k < ac; k++) {
+	if (!strcmp(pol_base(av[k]), "cat")) {
+		for (int j = k + 1; j < ac; j++)
+			if (av[j][0] != '-' || !strcmp(av[j], "--"))
+				return;         /* cat FILE: not its input */
+		bool after = p->after_pipe;
+		p->after_pipe = false;  /* its own input, not the stage before's */
+		if (stdin_texts(p, t, n) > 0) {
+			p->pin = t[0];
+			p->pin_n = n[0];
+		}
+		p->after_pipe = after;
+		return;
+	}
+	if (!one_of(pol_base(av[k]), "echo\0printf\0"))
+		return;
+	p->piped_n = 0;
+	for (k++; k < ac && p->piped_n + 2 < sizeof(p->piped); k++) {
 		size_t w = strlen(av[k]);
-		if (p->piped_n + w + 1 >= sizeof(p->piped))
+		if (w > sizeof(p->piped) - p->piped_n - 2)
 			w = sizeof(p->piped) - p->piped_n - 2;
 		memcpy(p->piped + p->piped_n, av[k], w);
 		p->piped_n += w;
 		p->piped[p->piped_n++] = ' ';
-		if (p->piped_n + 2 >= sizeof(p->piped))
-			break;
 	}
+	p->pin = p->piped;
+	p->pin_n = p->piped_n;
 }
 
 static void command(struct sh *p)
@@ -851,12 +907,14 @@ static void command(struct sh *p)
 		for (int k = 1; k < ac; k++)
 			if (av[k][0] != '-')
 				remember(p->files, &p->nfiles, av[k], strlen(av[k]));
-	const char *why = NULL, *in;
-	size_t in_n = 0;
+	const char *why = NULL, *in[MAX_STDIN];
+	size_t in_n[MAX_STDIN];
+	int nin = stdin_texts(p, in, in_n);
 	av[ac] = NULL;
-	in = stdin_text(p, &in_n);
-	if (pol_exec_argv(p->pol, NULL, av, p->path_value, p->depth + 1, &why, in, in_n) == PV_DENY)
-		deny(p, why);
+	for (int k = 0; k < (nin ? nin : 1) && !p->deny; k++)
+		if (pol_exec_argv(p->pol, NULL, av, p->path_value, p->depth + 1, &why, nin ? in[k] : NULL,
+				  nin ? in_n[k] : 0) == PV_DENY)
+			deny(p, why);
 	p->last_fetch = fetcher;
 	p->group_fetch[p->paren] |= fetcher;
 	p->fetches |= fetcher;
@@ -914,7 +972,7 @@ static void heredocs(struct sh *p)
 		p->i = e;
 	}
 	p->nhd = p->nhd_cmd = 0;
-	p->hd_shell = false;
+	p->hd_shell = p->hd_lost = false;
 }
 
 static void redirection(struct sh *p)
@@ -1045,7 +1103,7 @@ static void run(struct sh *p)
 			start_word(p);
 			if (p->i + 1 < p->n)
 				put(p, s[p->i + 1]);
-			p->i += 2;
+			p->i += p->i + 1 < p->n ? 2 : 1;
 			break;
 		case '$':
 			start_word(p);

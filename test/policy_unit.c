@@ -710,6 +710,44 @@ static void test_shell_stdin_text(void **state)
 	/* flags are not taken from the input */
 	assert_int_equal(sh(pol, "rm <<EOF\n-r\nEOF\n"), PV_ALLOW);
 	policy_free(pol);
+
+	/* the built-in default's SQL rules, a statement at a time, comments out */
+	pol = load("[policy]\nbase = default\n");
+	static const char *const refused[] = {
+		"psql <<EOF\nselect 1;\nDROP TABLE users;\nEOF\n",
+		"cat <<'SQL' | psql -h db\nTRUNCATE orders;\nSQL\n",
+		"cat <<EOF | docker exec -i db psql\nDROP DATABASE prod;\nEOF\n",
+		"psql <<A <<B\nselect 1;\nA\nDROP TABLE t;\nB\n",
+		"psql <<<'select 1' <<EOF\ndrop table t;\nEOF\n",
+		"psql <<EOF\nDROP TABLE t;\n",                        /* no delimiter line: to the end */
+		"psql <<EOF\r\nDROP TABLE t;\r\nEOF\r\n",
+		"cat <<A <<B <<C <<D >/dev/null; psql <<E\na\nA\nb\nB\nc\nC\nd\nD\nDROP TABLE t;\nE\n",
+		"psql <<EOF\nDELETE FROM a WHERE id = 1; DELETE FROM b;\nEOF\n",
+		"psql <<EOF\nUPDATE u SET admin = true; SELECT 1 WHERE true;\nEOF\n",
+		"echo 'update users set admin=true' | mysql app",
+		"mongosh <<EOF\ndb.runCommand({drop: \"users\"})\nEOF\n",
+	};
+	static const char *const allowed[] = {
+		"psql <<EOF\nCREATE TABLE o (u int REFERENCES u ON DELETE CASCADE);\nSELECT count(*) FROM o;\nEOF\n",
+		"mysql app <<'SQL'\nCREATE TABLE t (ts timestamp ON UPDATE CURRENT_TIMESTAMP) DEFAULT CHARSET=utf8mb4;\nSQL\n",
+		"psql <<'SQL'\nSELECT last_update FROM film ORDER BY 1 OFFSET 20;\nSQL\n",
+		"psql <<EOF\nSELECT on_delete FROM fk_rules;\nEOF\n",
+		"psql <<EOF\n-- TODO: drop the old index later\n/* and DROP the view */ select 1;\nEOF\n",
+		"psql <<EOF\nUPDATE t SET a = 'x;y' WHERE id = 1;\nEOF\n",
+		"psql <<EOF\nDELETE FROM sessions WHERE expires < now();\nEOF\n",
+		"mongosh <<EOF\ndb.ui.find({backdrop: true})\nEOF\n",
+		"git commit -F - <<EOF\nDrop the old table; delete from the docs\nEOF\n",
+		"cat notes.sql | psql -c 'select 1'",
+		/* odd scripts end well (an unterminated quote, a backslash last) */
+		"env bash -c \"psql <<E\\\"O\"", "cat <<EOF \\",
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		if (sh(pol, refused[i]) != PV_DENY)
+			fail_msg("not refused: %s", refused[i]);
+	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+		if (sh(pol, allowed[i]) != PV_ALLOW)
+			fail_msg("refused: %s", allowed[i]);
+	policy_free(pol);
 }
 
 static void test_shell_strings(void **state)
