@@ -389,11 +389,14 @@ HIDDEN int guard_unnamed(const char *op, const char *p)
 static bool in_session(pid_t pid);
 static long proc_number(const char *p, const char **end);
 
-/* P is /proc/PID/environ or /proc/PID/mem (or a task's), of a process
- * outside the session: with [policy] signals = session, out of reach as
- * its signals are. Its environment holds what the agent's own does not
- * (the tokens of a harness, another user's session as root), and so may its
- * memory. The session's own processes stay readable (ps e, psutil). */
+/* P is /proc/PID/environ or /proc/PID/mem (or a task's), or a descriptor
+ * or mapping of its that no path names (/proc/PID/fd/N or map_files/... of
+ * a memfd, a pipe, a deleted file: a named one is judged by its path), of
+ * a process outside the session: with [policy] signals = session, out of
+ * reach as its signals are. Its environment holds what the agent's own
+ * does not (the tokens of a harness, another user's session as root), and
+ * so may its memory. The session's own processes stay readable (ps e,
+ * psutil). */
 static bool foreign_process_secret(const char *p)
 {
 	const char *rest, *t;
@@ -406,7 +409,8 @@ static bool foreign_process_secret(const char *p)
 			return false;
 		rest = t;
 	}
-	if (strcmp(rest, "/environ") && strcmp(rest, "/mem"))
+	if (strcmp(rest, "/environ") && strcmp(rest, "/mem") && strncmp(rest, "/fd/", 4) &&
+	    strncmp(rest, "/map_files/", 11))
 		return false;
 	return pid != (long)getpid() && policy_signals_session(pol) && !in_session((pid_t)pid);
 }

@@ -626,6 +626,33 @@ def test_another_processs_environment_is_out_of_reach(shim):
         outside.wait()
 
 
+def test_another_processs_unnamed_descriptors_are_out_of_reach(shim):
+    """/proc/PID/fd/N of a process outside the session where N names no
+    path (a memfd holding a secret, a pipe) fails EACCES, with Landlock off
+    too; listing its descriptors works, and the session's own child's
+    descriptors stay readable."""
+    import subprocess
+    outside = subprocess.Popen([PY, "-c", "import os, sys, time\n"
+                                "fd = os.memfd_create('sec'); os.write(fd, b'secret-4711')\n"
+                                "print(fd, flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    fd = int(outside.stdout.readline())
+    policy = os.path.join(shim.base, b"nolandlock.ini")
+    with open(policy, "w") as f:
+        f.write("[policy]\nbase = default\nlandlock = off\n")
+    try:
+        for env in (shim.env(True), dict(shim.env(True), FTSBX_POLICY=policy)):
+            proc = shim.sh(b"cat /proc/%d/fd/%d > got 2>/dev/null; echo memfd=$?; ls /proc/%d/fd > /dev/null; "
+                           b"echo list=$?; %s -c 'import os, time; fd = os.memfd_create(\"m\"); "
+                           b"os.write(fd, b\"mine\"); time.sleep(5)' & sleep 1; "
+                           b"cat /proc/$!/fd/3; echo; kill $!" % (outside.pid, fd, outside.pid, PY.encode()),
+                           env=env)
+            assert proc.stdout.decode().split() == ["memfd=1", "list=0", "mine"], proc.stdout + proc.stderr
+            assert b"secret" not in open(shim.p("got"), "rb").read()
+    finally:
+        outside.kill()
+        outside.wait()
+
+
 PROCESS_REACH = r"""
 import ctypes, os, subprocess, sys
 libc = ctypes.CDLL(None, use_errno=True)
