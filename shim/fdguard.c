@@ -142,37 +142,20 @@ EXPORT int fclose(FILE *f)
 	return REAL(fclose)(f);
 }
 
-/* glibc's pclose of an fdopen'd stream is its fclose */
-EXPORT int pclose(FILE *f)
-{
-	stream_closing(f);
-	return REAL(pclose)(f);
-}
-
-EXPORT int endmntent(FILE *f)
-{
-	stream_closing(f);
-	return REAL(endmntent)(f);
-}
-
-/* libio's exported insides, each of which closes a stream's descriptor */
-EXPORT int _IO_proc_close(FILE *f)
-{
-	stream_closing(f);
-	return REAL(_IO_proc_close)(f);
-}
-
-EXPORT int _IO_file_close(FILE *f)
-{
-	stream_closing(f);
-	return REAL(_IO_file_close)(f);
-}
-
-EXPORT int _IO_file_close_it(FILE *f)
-{
-	stream_closing(f);
-	return REAL(_IO_file_close_it)(f);
-}
+/* The other calls that close a stream's descriptor inside libc: pclose
+ * (of an fdopen'd stream it is glibc's fclose), endmntent, and libio's
+ * exported insides. */
+#define STREAM_CLOSE_HOOK(name)                           \
+	EXPORT int name(FILE *f)                          \
+	{                                                 \
+		stream_closing(f);                        \
+		return REAL(name)(f);                     \
+	}
+STREAM_CLOSE_HOOK(pclose)
+STREAM_CLOSE_HOOK(endmntent)
+STREAM_CLOSE_HOOK(_IO_proc_close)
+STREAM_CLOSE_HOOK(_IO_file_close)
+STREAM_CLOSE_HOOK(_IO_file_close_it)
 
 EXPORT void _IO_file_finish(FILE *f, int dealloc)
 {
@@ -222,29 +205,21 @@ static int clone_parting(int (*fn)(void *), void *stack, int fl, void *arg, va_l
 	return REAL(clone)(fn, stack, fl, arg, ptid, tls, ctid);
 }
 
-/* ptid, tls and ctid are read whether passed or not, as glibc's clone
- * does: only the flags say which it uses. */
-EXPORT int clone(int (*fn)(void *), void *stack, int fl, void *arg, ...)
-{
-	va_list ap;
-	int r;
-
-	va_start(ap, arg);
-	r = clone_parting(fn, stack, fl, arg, ap);
-	va_end(ap);
-	return r;
-}
-
-EXPORT int __clone(int (*fn)(void *), void *stack, int fl, void *arg, ...)
-{
-	va_list ap;
-	int r;
-
-	va_start(ap, arg);
-	r = clone_parting(fn, stack, fl, arg, ap);
-	va_end(ap);
-	return r;
-}
+/* clone and glibc's other name for it. ptid, tls and ctid are read
+ * whether passed or not, as glibc's clone does: only the flags say which
+ * it uses. */
+#define CLONE_HOOK(name)                                                  \
+	EXPORT int name(int (*fn)(void *), void *stack, int fl, void *arg, ...) \
+	{                                                                 \
+		va_list ap;                                               \
+		int r;                                                    \
+		va_start(ap, arg);                                        \
+		r = clone_parting(fn, stack, fl, arg, ap);                \
+		va_end(ap);                                               \
+		return r;                                                 \
+	}
+CLONE_HOOK(clone)
+CLONE_HOOK(__clone)
 
 /* syscall() of the same: the entries it closes or replaces dropped, the
  * cache distrusted where it parts, whether or not the hook runs. */
