@@ -831,6 +831,11 @@ static void keep_piped(struct sh *p, int op)
 		if (stdin_texts(p, t, n) > 0) {
 			p->pin = t[0];
 			p->pin_n = n[0];
+			if (t[0] == p->in) {    /* a word of BUF, which the next command reuses */
+				p->pin_n = n[0] < sizeof(p->piped) ? n[0] : sizeof(p->piped);
+				memcpy(p->piped, t[0], p->pin_n);
+				p->pin = p->piped;
+			}
 		}
 		p->after_pipe = after;
 		return;

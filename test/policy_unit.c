@@ -717,6 +717,7 @@ static void test_shell_stdin_text(void **state)
 		"psql <<EOF\nselect 1;\nDROP TABLE users;\nEOF\n",
 		"cat <<'SQL' | psql -h db\nTRUNCATE orders;\nSQL\n",
 		"cat <<EOF | docker exec -i db psql\nDROP DATABASE prod;\nEOF\n",
+		"cat <<< 'DROP TABLE t;' | psql -h db",
 		"psql <<A <<B\nselect 1;\nA\nDROP TABLE t;\nB\n",
 		"psql <<<'select 1' <<EOF\ndrop table t;\nEOF\n",
 		"psql <<EOF\nDROP TABLE t;\n",                        /* no delimiter line: to the end */
