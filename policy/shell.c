@@ -52,9 +52,10 @@ struct sh {
 	uint8_t cur_wf;
 	size_t word_start;
 	/* what the command being read gets on its standard input, as far as
-	 * the script says: a here-string's word (IN), its first here-document
-	 * (those from NHD_CMD on are its own), the words of an echo or printf
-	 * before the pipe (PIPED) */
+	 * the script says (stdin_texts): a here-string's word (IN), its
+	 * here-documents (those from NHD_CMD on are its own), what the stage
+	 * before the pipe wrote (PIN: echo's or printf's words copied into
+	 * PIPED, or a bare cat's input) */
 	const char *in;
 	size_t in_n;
 	bool herestr;
@@ -742,40 +743,41 @@ static size_t line_end(const struct sh *p)
 	return nl ? (size_t)(nl - p->s) + 1 : p->n;
 }
 
-/* The body of the line's here-document H (S[0..*N)), or NULL: up to its
- * delimiter's line (a '\r' before the newline or not), or to the end of
- * the script, as bash reads one that has none. */
+/* The body of here-document K that starts at S[BODY]: its length in *N,
+ * up to the line that is its delimiter exactly (bash's test: "EOF\r" ends
+ * only a delimiter that has the '\r' too), or to the end of the script, as
+ * bash reads one that has none. Returns where the script goes on after it. */
+static size_t heredoc_span(const struct sh *p, int k, size_t body, size_t *n)
+{
+	size_t e = body, dl = strlen(p->hd[k]);
+
+	while (e < p->n) {
+		const char *line = p->s + e, *end = memchr(line, '\n', p->n - e), *t = line;
+		size_t ln = end ? (size_t)(end - line) : p->n - e;
+		e += ln + (end != NULL);
+		while (p->hd_strip[k] && t < line + ln && *t == '\t')
+			t++;
+		if (ln - (size_t)(t - line) == dl && !memcmp(t, p->hd[k], dl)) {
+			*n = (size_t)(line - p->s) - body;
+			return e;
+		}
+	}
+	*n = p->n - body;
+	return p->n;
+}
+
+/* The body of the line's here-document H (S[0..*N)), or NULL (an earlier
+ * one of the line runs to the end of the script). */
 static const char *heredoc_body(const struct sh *p, int h, size_t *n)
 {
 	size_t e = line_end(p);
 
-	for (int k = 0; k <= h && e < p->n; k++) {
-		size_t body = e, dl = strlen(p->hd[k]);
-		for (;;) {
-			if (e >= p->n) {
-				if (k != h)
-					return NULL;
-				*n = p->n - body;
-				return p->s + body;
-			}
-			const char *line = p->s + e, *end = memchr(line, '\n', p->n - e), *t = line;
-			size_t ln = end ? (size_t)(end - line) : p->n - e;
-			e += ln + (end != NULL);
-			while (p->hd_strip[k] && t < line + ln && *t == '\t')
-				t++;
-			ln -= (size_t)(t - line);
-			if (ln && t[ln - 1] == '\r')
-				ln--;
-			if (ln == dl && !memcmp(t, p->hd[k], dl)) {
-				if (k == h) {
-					*n = (size_t)(line - p->s) - body;
-					return p->s + body;
-				}
-				break;
-			}
-		}
-	}
-	return NULL;
+	for (int k = 0; k < h && e < p->n; k++)
+		e = heredoc_span(p, k, e, n);
+	if (e >= p->n)
+		return NULL;
+	heredoc_span(p, h, e, n);
+	return p->s + e;
 }
 
 /* The texts the command being read may get on its standard input, as the
@@ -958,22 +960,10 @@ static void end_command(struct sh *p, int op)
 /* At a newline: skip the bodies of the here-documents of the line. */
 static void heredocs(struct sh *p)
 {
-	for (int h = 0; h < p->nhd; h++) {
-		size_t body = p->i, e = p->i;
-		while (e < p->n) {
-			const char *line = p->s + e, *nl = memchr(line, '\n', p->n - e);
-			size_t ln = nl ? (size_t)(nl - line) : p->n - e;
-			const char *t = line;
-			while (p->hd_strip[h] && *t == '\t' && t < line + ln)
-				t++;
-			size_t tn = ln - (size_t)(t - line);
-			e += ln + (nl != NULL);
-			if (tn == strlen(p->hd[h]) && !memcmp(t, p->hd[h], tn)) {
-				if (p->hd_shell)
-					nested(p, p->s + body, (size_t)(line - p->s) - body);
-				break;
-			}
-		}
+	for (int h = 0; h < p->nhd && p->i < p->n; h++) {
+		size_t n, e = heredoc_span(p, h, p->i, &n);
+		if (p->hd_shell)
+			nested(p, p->s + p->i, n);      /* bash <<EOF, up to the end if it has no delimiter */
 		p->i = e;
 	}
 	p->nhd = p->nhd_cmd = 0;

@@ -722,6 +722,8 @@ static void test_shell_stdin_text(void **state)
 		"psql <<<'select 1' <<EOF\ndrop table t;\nEOF\n",
 		"psql <<EOF\nDROP TABLE t;\n",                        /* no delimiter line: to the end */
 		"psql <<EOF\r\nDROP TABLE t;\r\nEOF\r\n",
+		"psql <<EOF\nselect 1;\nEOF\r\nDROP TABLE t;\nEOF\n",     /* "EOF\r" ends only "EOF\r" */
+		"bash <<EOF\nmkfs.ext4 /dev/sdb\n",                       /* a shell's body with no delimiter */
 		"cat <<A <<B <<C <<D >/dev/null; psql <<E\na\nA\nb\nB\nc\nC\nd\nD\nDROP TABLE t;\nE\n",
 		"psql <<EOF\nDELETE FROM a WHERE id = 1; DELETE FROM b;\nEOF\n",
 		"psql <<EOF\nUPDATE u SET admin = true; SELECT 1 WHERE true;\nEOF\n",
