@@ -185,13 +185,19 @@ static void parting(uint64_t clone_flags)
 		cwd_distrust();
 }
 
-/* A new mount or user namespace unshares the working directory too. */
-EXPORT int unshare(int fl)
+/* unshare: a new mount or user namespace unshares the working directory
+ * too. */
+static void unsharing(long fl)
 {
 	if (fl & CLONE_FILES)
 		fdcache_distrust();
 	if (fl & (CLONE_FS | CLONE_NEWNS | CLONE_NEWUSER))
 		cwd_distrust();
+}
+
+EXPORT int unshare(int fl)
+{
+	unsharing(fl);
 	return REAL(unshare)(fl);
 }
 
@@ -239,10 +245,7 @@ HIDDEN void fdcache_syscall(long n, const long a[6])
 		fdcache_drop_range((unsigned)a[0], (unsigned)a[1]);
 		break;
 	case SYS_unshare:
-		if (a[0] & CLONE_FILES)
-			fdcache_distrust();
-		if (a[0] & (CLONE_FS | CLONE_NEWNS | CLONE_NEWUSER))
-			cwd_distrust();
+		unsharing(a[0]);
 		break;
 	case SYS_clone:
 		parting((uint64_t)a[0]);

@@ -58,6 +58,12 @@ static void cwd_check(void)
 		cwd_refresh();
 }
 
+/* Why getcwd failed, as a relative path would: too deep, or removed. */
+static int cwd_errno(void)
+{
+	return errno == ENAMETOOLONG || errno == ERANGE ? ENAMETOOLONG : ENOENT;
+}
+
 HIDDEN void cwd_refresh(void)
 {
 	int next = __atomic_load_n(&cwd_cur, __ATOMIC_ACQUIRE) != 0 ? 0 : 1;
@@ -65,7 +71,7 @@ HIDDEN void cwd_refresh(void)
 	__atomic_store_n(&cwd_gen, ns_gen(), __ATOMIC_RELAXED);
 	cwd_err[next] = 0;
 	if (!getcwd(cwd_buf[next], PATH_MAX)) {
-		cwd_err[next] = errno == ENAMETOOLONG || errno == ERANGE ? ENAMETOOLONG : ENOENT;
+		cwd_err[next] = cwd_errno();
 		cwd_buf[next][0] = 0;
 	}
 	cwd_len[next] = strlen(cwd_buf[next]);
@@ -450,7 +456,7 @@ HOT HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, con
 		if (dirfd == AT_FDCWD && __atomic_load_n(&cwd_parted, __ATOMIC_ACQUIRE)) {
 			/* this thread's own, not the one another thread read */
 			if (!getcwd(out, PATH_MAX))
-				return errno == ENAMETOOLONG || errno == ERANGE ? -ENAMETOOLONG : -ENOENT;
+				return -cwd_errno();
 			n = strlen(out);
 		} else if (dirfd == AT_FDCWD) {
 			cwd_check();
