@@ -233,10 +233,13 @@ def landlock_abi():
 
 @pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
 def test_a_static_binary_makes_no_device_node_and_writes_only_harmless_devices(scratch_policy, tmp_path):
-    """Landlock makes device nodes nowhere (not even in a writable root: a
-    c 1 1 node there would be /dev/mem), and lets a static program open for
-    writing only the devices the shim allows (/dev/null, terminals ...):
-    static busybox's `> /dev/kmsg` (opened, never written) is refused."""
+    """Device nodes are made nowhere (not even in a writable root: a c 1 1
+    node there would be /dev/mem): the session's seccomp filter refuses
+    them (EPERM, so that Landlock's rules can grant all the rights it
+    handles: a rename's walk then ends at the first ruled directory). And
+    Landlock lets a static program open for writing only the devices the
+    shim allows (/dev/null, terminals ...): static busybox's `> /dev/kmsg`
+    (opened, never written) is refused."""
     ws, _, pol, _ = scratch_policy
     busybox = "/bin/busybox" if os.path.exists("/bin/busybox") else "/usr/bin/busybox"
     if not os.path.exists(busybox):
@@ -244,10 +247,12 @@ def test_a_static_binary_makes_no_device_node_and_writes_only_harmless_devices(s
     # a virtual console (the machine's screen, not the session's terminal)
     # only where there is one: opened, never written, had the rule let it be
     vt = "; true > /dev/tty1; echo vt=$?" if os.path.exists("/dev/tty1") else ""
-    r = run(ws, pol, tmp_path, f"{busybox} mknod mem c 1 1; echo mknod=$?; {busybox} mkfifo fifo; echo fifo=$?; "
+    r = run(ws, pol, tmp_path, f"{busybox} mknod mem c 1 1; echo mknod=$?; {busybox} mknod loop b 7 0; echo blk=$?; "
+                               f"{busybox} mkfifo fifo; echo fifo=$?; "
                                f"{busybox} sh -c 'true > /dev/null; echo null=$?; true > /dev/kmsg; echo kmsg=$?{vt}'")
-    assert r.stdout.split() == ["mknod=1", "fifo=0", "null=0", "kmsg=1"] + (["vt=1"] if vt else []), \
+    assert r.stdout.split() == ["mknod=1", "blk=1", "fifo=0", "null=0", "kmsg=1"] + (["vt=1"] if vt else []), \
         r.stdout + r.stderr
+    assert r.stderr.count("Operation not permitted") == 2, r.stderr
     assert sorted(os.listdir(ws)) == ["fifo"], r.stderr
 
 
