@@ -462,10 +462,6 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
 	seen.level = level_of(op, seen.is_dir);
 }
 
-/* What a pre-change check returns when it made the change itself: the
- * hook returns success without the real call (never an errno's value). */
-#define PRE_DONE (-1)
-
 /* The removal of P, which the program names as PATH relative to DIRFD: the
  * journal's system calls take that plain name relative to DIRFD (a lookup
  * of one component), the record takes P. An unlink of a regular file is

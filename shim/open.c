@@ -384,6 +384,11 @@ EXPORT long syscall(long n, ...)
 		return execveat((int)a[0], (const char *)a[1], (char *const *)a[2], (char *const *)a[3], (int)a[4]);
 	}
 	err = pre_syscall(n, a);
+	if (err == PRE_DONE) {
+		shim_unlock();
+		hook_leave(&c);
+		return 0;
+	}
 	if (err) {
 		shim_unlock();
 		hook_refuse(&c, err);

@@ -148,7 +148,11 @@ static inline void hook_refuse(struct hook_ctx *c, int err)
 	errno = err;
 }
 
-/* Pre-change checks: 0 (go on) or the errno that refuses the call. */
+/* Pre-change checks: 0 (go on) or the errno that refuses the call, or
+ * PRE_DONE where the check made the change itself (pre_remove: an unlink,
+ * an rmdir the journal makes): the hook returns success without the real
+ * call (never an errno's value). */
+#define PRE_DONE (-1)
 HIDDEN int pre_open(int dirfd, const char *path, int flags);
 /* The same, leaving the absolute path in ABS ("" when none was made). */
 HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX]);

@@ -404,6 +404,31 @@ for name, nr, *args in calls:
     shim.roundtrip(b"%s rawmeta.py" % PY.encode(), check)
 
 
+def test_raw_removals_through_syscall_return_what_the_kernel_would(shim):
+    """unlink, unlinkat, rmdir and unlinkat(AT_REMOVEDIR) made raw through
+    syscall() (ctypes), where the journal makes the removal itself (a file
+    renamed into objects/, an empty directory kept there): each returns 0
+    with errno untouched (it returned -1 with errno -1, the removal made),
+    a failing one its own errno; the rewind gives everything back."""
+    shim.setup(b"mkdir -p e1 e2 full/sub && echo x > f1 && echo y > f2")
+    script = b"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, *args in (("unlink", 87, b"f1"), ("unlinkat", 263, -100, b"f2", 0), ("rmdir", 84, b"e1"),
+                        ("unlinkat-dir", 263, -100, b"e2", 0x200), ("rmdir-full", 84, b"full"),
+                        ("unlink-gone", 87, b"f1")):
+    ctypes.set_errno(0)
+    print(name, libc.syscall(nr, *args), ctypes.get_errno())
+"""
+    shim.write("rawrm.py", script)
+
+    def check(proc):
+        assert proc.stdout.decode().split("\n") == ["unlink 0 0", "unlinkat 0 0", "rmdir 0 0", "unlinkat-dir 0 0",
+                                                     "rmdir-full -1 39", "unlink-gone -1 2", ""], proc
+        assert not any(shim.exists(n) for n in ("f1", "f2", "e1", "e2")) and shim.exists("full/sub")
+    shim.roundtrip(b"%s rawrm.py" % PY.encode(), check)
+
+
 IOCTL_FLAGS = b"""
 import array, ctypes, errno, fcntl, os, sys
 GET, SET = 0x80086601, 0x40086602
