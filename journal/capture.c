@@ -8,6 +8,7 @@
  * mmap'd (zlib gets mmap allocators too) and unmapped before returning.
  * Every function returns 0 only once its record is written.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1065,11 +1066,6 @@ static int remove_known(struct jseg *g, uint32_t txn, const char *path, int dirf
 	return err ? err : rec_remove(g, txn, path, &at, known);
 }
 
-int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name)
-{
-	return remove_known(g, txn, path, dirfd, name, NULL);
-}
-
 /* What move_file needs of a session: subdirectories for its objects, and
  * kept inodes that keep their own xattrs (no listing in the record). A
  * durable session keeps the link path, which syncs the object's name before
@@ -1105,6 +1101,105 @@ int jcap_unlinkat(struct jseg *g, uint32_t txn, const char *path, int dirfd, con
 	}
 	/* the link path; the lstat serves it when it looked the file up the same way */
 	return rec_remove(g, txn, path, &at, plain ? &st : NULL);
+}
+
+/* ---- a removed directory kept as one of objects/' next subdirectories ---- */
+
+/* Whether the directory NAME in DIRFD lists nothing but . and .. */
+static bool dir_empty(int dirfd, const char *name)
+{
+	char buf[512] __attribute__((aligned(8)));
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n;
+	bool none = fd >= 0;
+
+	while (none && (n = getdents64(fd, buf, sizeof(buf))) != 0)
+		for (ssize_t off = 0; none && off < n;) {
+			const struct dirent64 *d = (const struct dirent64 *)(buf + off);
+
+			off += d->d_reclen;
+			none = n > 0 && d->d_name[0] == '.' &&
+			       (!d->d_name[1] || (d->d_name[1] == '.' && !d->d_name[2]));
+		}
+	if (fd >= 0)
+		close(fd);
+	return none;
+}
+
+/* Subdirectories of objects/ taken ahead of the seqs that need them. */
+#define DIRS_AHEAD 8
+
+static void note_dir(struct jsession *s, uint64_t d)
+{
+	uint64_t was = __atomic_load_n(&s->dirs_taken, __ATOMIC_RELAXED);
+
+	while (was < d && !__atomic_compare_exchange_n(&s->dirs_taken, &was, d, true, __ATOMIC_RELAXED,
+						       __ATOMIC_RELAXED))
+		;
+}
+
+/*
+ * The directory AT (ST: its lstat), whose removal is in the journal now,
+ * removed by renaming it to the next subdirectory of objects/ that no seq
+ * has needed yet, instead of the program's rmdir: its inode is kept (its
+ * block is not freed, and the subdirectory is not made by a mkdir, each of
+ * which costs ext4 a scan of the inodes it freed last) and its objects go
+ * in there. rmdir's semantics hold: a directory that is not empty is not
+ * taken (the program's rmdir fails ENOTEMPTY), and one that is no longer
+ * empty once moved (an entry made in between by another process) is put
+ * back. Nothing of it is read back: the record holds the directory's
+ * metadata, and rewind makes it anew. JCAP_DONE: removed; else the
+ * program's call goes on.
+ */
+static int keep_dir(struct jsession *s, const char *path, const struct at *at, const struct stat *st)
+{
+	uint64_t first = __atomic_load_n(&s->ctr[0], __ATOMIC_RELAXED) / J_OBJ_FANOUT + 1;
+	uint64_t d = __atomic_load_n(&s->dirs_taken, __ATOMIC_RELAXED) + 1;
+	char name[JOBJ_NAME_MAX];
+
+	if (d < first)
+		d = first;
+	if (d >= first + DIRS_AHEAD || (s->features & MOVE_FEATURES) != MOVE_FEATURES || (s->flags & JS_DURABLE) ||
+	    st->st_nlink > 2 || !movable(s, path, st) || (st->st_uid != geteuid() && geteuid() != 0) ||
+	    !dir_empty(at->fd, at->name))
+		return 0;
+	for (;; d++) {
+		if (d >= first + DIRS_AHEAD)
+			return 0;
+		jobject_dir(name, d);
+		if (renameat2(at->fd, at->name, s->objfd, name, RENAME_NOREPLACE) == 0)
+			break;
+		if (errno != EEXIST)
+			return 0;       /* another mount, Landlock's EXDEV ...: the rmdir decides */
+		note_dir(s, d);
+	}
+	note_dir(s, d);
+	if (!dir_empty(s->objfd, name)) {
+		/* made non-empty in between: back, and the rmdir fails (were
+		 * its name taken meanwhile, the entry stays in the journal,
+		 * where the record's rewind of the removal finds it missing) */
+		(void)renameat2(s->objfd, name, at->fd, at->name, RENAME_NOREPLACE);
+		return 0;
+	}
+	if ((st->st_mode & 07777) != 0700)
+		(void)fchmodat(s->objfd, name, 0700, 0);        /* its objects are renamed into it */
+	return JCAP_DONE;
+}
+
+int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name, bool keep)
+{
+	struct at at = { dirfd, name };
+	struct stat st;
+	int err;
+
+	if (!keep)
+		return remove_known(g, txn, path, dirfd, name, NULL);
+	if (!name || !*name || strchr(name, '/'))
+		at = (struct at){ AT_FDCWD, path };
+	if (fstatat(at.fd, at.name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;    /* nothing to keep: the call fails too */
+	err = remove_known(g, txn, path, at.fd, at.name, &st);
+	return !err && S_ISDIR(st.st_mode) ? keep_dir(g->s, path, &at, &st) : err;
 }
 
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path)

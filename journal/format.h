@@ -101,8 +101,12 @@
  * objects however many files a session removes: ext4 searches a directory
  * block entry by entry at every link (for the name, then for room), and
  * one block of at most 100 entries costs half what the full hashed blocks
- * of a directory of ten thousand do. A session without JI_OBJDIRS (below)
- * keeps its objects flat: objects/S.gz, objects/S.ino.
+ * of a directory of ten thousand do. A subdirectory may also be a directory
+ * the program removed (capture.c, keep_dir: renamed there, empty, in place
+ * of its rmdir, for a D no seq has reached yet; made mode 0700, its old
+ * xattrs kept): nothing reads it but as D. A session
+ * without JI_OBJDIRS (below) keeps its objects flat: objects/S.gz,
+ * objects/S.ino.
  *
  * Every file (session and segments) opens with a 32-byte file header:
  *

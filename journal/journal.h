@@ -38,6 +38,7 @@ struct jsession {
 	struct jlane *lanes;           /* the shared segments' table (locks.c), or NULL */
 	bool objdev_known;             /* objdev is objects/' device (capture.c, at its first need) */
 	dev_t objdev;
+	uint64_t dirs_taken;           /* the last subdirectory of objects/ taken by a removed directory */
 };
 
 /* What the session file records about its creator. */
@@ -74,6 +75,11 @@ int  jsession_sync(struct jsession *s);
  * slash included (0: none). No snprintf: it is on the path of every unlink. */
 #define JOBJ_NAME_MAX 48
 size_t jobject_name(char out[JOBJ_NAME_MAX], uint32_t features, uint64_t seq, const char *ext);
+/* V in decimal at OUT (no NUL; at most 20 bytes), without snprintf (for
+ * paths in a fork or vfork child); returns its length. */
+size_t jdecimal(char *out, uint64_t v);
+/* The name of objects/' subdirectory D (JI_OBJDIRS), relative to objects/. */
+void jobject_dir(char out[JOBJ_NAME_MAX], uint64_t d);
 /* SESSION/shared (JI_SHARED) keeps the compiled policy of one root (the
  * first to claim it), so that a session's root creates no file for it: its
  * bytes at jshared_size(), at most JL_POLICY_MAX of them; the owner (the
@@ -206,7 +212,7 @@ int jcap_append(struct jseg *g, uint32_t txn, const char *path);
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
 /* The same, with the program's own DIRFD and NAME for the system calls when
  * NAME is one component (PATH is what the record keeps). */
-int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name);
+int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name, bool keep);
 /* An unlink (unlinkat without AT_REMOVEDIR, remove()) of NAME relative to
  * DIRFD, the program's own arguments: a regular file may be removed here
  * and now, after its record (renamed into objects/, capture.c); JCAP_DONE

@@ -53,7 +53,7 @@ int jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[J
 	return 0;
 }
 
-static size_t put_decimal(char *out, uint64_t v)
+size_t jdecimal(char *out, uint64_t v)
 {
 	char digits[20];
 	size_t n = 0;
@@ -71,13 +71,18 @@ size_t jobject_name(char out[JOBJ_NAME_MAX], uint32_t features, uint64_t seq, co
 	size_t dir = 0, n, e = strlen(ext);
 
 	if (features & JI_OBJDIRS) {
-		dir = put_decimal(out, seq / J_OBJ_FANOUT);
+		dir = jdecimal(out, seq / J_OBJ_FANOUT);
 		out[dir++] = '/';
 	}
-	n = dir + put_decimal(out + dir, seq);
+	n = dir + jdecimal(out + dir, seq);
 	out[n++] = '.';
 	memcpy(out + n, ext, e + 1);    /* "ino" or "gz": JOBJ_NAME_MAX holds 20 + 1 + 20 + 1 + 4 */
 	return dir;
+}
+
+void jobject_dir(char out[JOBJ_NAME_MAX], uint64_t d)
+{
+	out[jdecimal(out, d)] = 0;
 }
 
 /* mkdir -p for the parent of a session directory. */

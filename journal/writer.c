@@ -212,19 +212,13 @@ static void segment_record(struct jbuild *b, uint8_t *buf, size_t cap, pid_t pid
  * fault in the pages of printf's machinery for it. */
 static void lane_name(char name[32], int k)
 {
-	char d[12];
-	unsigned u = (unsigned)k;
-	int n = 0;
+	size_t n = 5;
 
-	do
-		d[n++] = (char)('0' + u % 10);
-	while ((u /= 10));
-	while (n < 3)
-		d[n++] = '0';
 	memcpy(name, "lane-", 5);
-	for (name += 5; n;)
-		*name++ = d[--n];
-	memcpy(name, ".ftj", 5);
+	for (int pad = k < 10 ? 2 : k < 100 ? 1 : 0; pad; pad--)
+		name[n++] = '0';
+	n += jdecimal(name + n, (unsigned)k);
+	memcpy(name + n, ".ftj", 5);
 }
 
 /* Give a lane up for good (its file could not be used, or may end in a

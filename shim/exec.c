@@ -119,16 +119,9 @@ static __thread long spawn_txn __attribute__((tls_model("initial-exec"))) = -1;
 static void set_txn_var(void)
 {
 	uint32_t t = spawn_txn >= 0 ? (uint32_t)spawn_txn : txn_exec_txn();
-	char digits[10];
-	size_t n = 0;
 
-	do
-		digits[n++] = (char)('0' + t % 10);
-	while ((t /= 10));
 	memcpy(txn_var, "FTSBX_TXN=", 10);
-	for (size_t i = 0; i < n; i++)
-		txn_var[10 + i] = digits[n - 1 - i];
-	txn_var[10 + n] = 0;
+	txn_var[10 + jdecimal(txn_var + 10, t)] = 0;
 }
 
 static bool is_var(const char *e, const char *name, size_t n)

@@ -362,6 +362,16 @@ HIDDEN bool guard_active(void)
 	return mode == PM_ENFORCE;
 }
 
+/* The workspace (where the session started, unless FTSBX_WORKSPACE says
+ * otherwise) is the directory P, or under it. */
+HIDDEN bool guard_workspace_under(const char *p)
+{
+	ready();
+	const char *w = policy_workspace(pol);
+
+	return !w || path_under(w, p, strlen(p));
+}
+
 HIDDEN bool guard_audit(void)
 {
 	ready();

@@ -462,10 +462,43 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
 	seen.level = level_of(op, seen.is_dir);
 }
 
+/* Whether the directory P, which the program's rmdir names as PATH, may be
+ * kept in the journal instead (jcap_removeat: renamed, not removed). Not
+ * where rmdir fails for its name (".", ".."), and not where a process
+ * likely stands in or under it: this one, its parent (the shell that ran
+ * rm), the session's start (the workspace: where the agent, and the shell
+ * that started it, stand; the parent of the session's root is out of
+ * Landlock's reach: EACCES). A process in a removed directory finds
+ * nothing there and can make nothing in it, where one in a kept directory
+ * would see the journal's objects. Another process standing there is not
+ * looked for (documented). */
+static bool may_keep_dir(const char *p, const char *path, int flags)
+{
+	char cwd[PATH_MAX], proc[32] = "/proc/";
+	size_t n = strlen(path), pn = strlen(p);
+	const char *c;
+	ssize_t k;
+
+	while (n > 1 && path[n - 1] == '/')
+		n--;
+	if (flags != AT_REMOVEDIR || txn_vfork_child() || (n >= 1 && path[n - 1] == '.' &&
+	    (n == 1 || path[n - 2] == '/' || (path[n - 2] == '.' && (n == 2 || path[n - 3] == '/')))))
+		return false;
+	if (!(c = cwd_get()) || path_under(c, p, pn) || guard_workspace_under(p))
+		return false;
+	memcpy(proc + 6 + jdecimal(proc + 6, (uint64_t)getppid()), "/cwd", 5);
+	k = readlink(proc, cwd, sizeof(cwd) - 1);
+	if (k < 0)
+		return errno == EACCES || errno == ENOENT;      /* outside the session; gone */
+	cwd[k] = 0;
+	return !path_under(cwd, p, pn);
+}
+
 /* The removal of P, which the program names as PATH relative to DIRFD: the
  * journal's system calls take that plain name relative to DIRFD (a lookup
  * of one component), the record takes P. An unlink of a regular file is
- * made by the journal itself, right after its record (PRE_DONE). */
+ * made by the journal itself, right after its record (PRE_DONE), and so is
+ * an rmdir where the journal keeps the directory. */
 static int capture_remove(const char *p, int dirfd, const char *path, int flags)
 {
 	struct jseg *g;
@@ -476,7 +509,7 @@ static int capture_remove(const char *p, int dirfd, const char *path, int flags)
 	if (flags == 0 || flags == REMOVE_ANY)
 		err = jcap_unlinkat(g, shim_txn(), p, dirfd, path);
 	else
-		err = jcap_removeat(g, shim_txn(), p, dirfd, path);
+		err = jcap_removeat(g, shim_txn(), p, dirfd, path, may_keep_dir(p, path, flags));
 	if (err == JCAP_DONE)
 		return PRE_DONE;
 	return err ? refuse_unjournaled(p, err) : 0;

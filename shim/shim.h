@@ -267,6 +267,7 @@ HIDDEN int open_read_judge(int d, const char *p);
 HIDDEN int open_read_fd(int d, const char *p, int f);
 HIDDEN bool guard_active(void);        /* enforce mode: reads are judged */
 HIDDEN bool guard_audit(void);         /* audit mode: refusals recorded, not made */
+HIDDEN bool guard_workspace_under(const char *p);
 HIDDEN void guard_ready(void);         /* the mapped policy checked (once), before a first record */
 HIDDEN int guard_read(const char *p);
 HIDDEN int guard_write(const char *op, const char *p, mode_t type);

@@ -10,7 +10,9 @@ removes entries through descriptors, directories renamed or reached through
 symlinks meanwhile, hard links and xattrs, many files and from many processes
 at once, as another user in sticky and read-only directories, across a bind
 mount, with the file still open elsewhere, and killed between a record and
-its rename, then rewinds and finds the tree exactly as it was."""
+its rename, then rewinds and finds the tree exactly as it was. An emptied
+directory the program removes is kept as objects/' next subdirectory, in
+place of its rmdir, where no process likely stands in it."""
 import contextlib
 import json
 import os
@@ -257,6 +259,128 @@ def test_removal_is_refused_when_its_object_subdirectory_cannot_be(shim):
 def kept_inodes_anywhere(shim):
     return [os.path.join(d, n) for d, _, names in os.walk(os.path.join(shim.journal, b"objects"))
             for n in names if n.endswith(b".ino")]
+
+
+# --- a removed directory kept as a subdirectory of objects/ ---------------------------
+
+def test_rm_rf_keeps_its_removed_directories_as_object_subdirectories(shim):
+    """rm -rf of 600 files in 12 directories: each directory, emptied, is
+    renamed into objects/ as a subdirectory no seq has needed yet, in place
+    of its rmdir (and of a mkdir for the next objects): objects/ holds the
+    removed directories' own inodes, holding the kept files, and no more
+    than two subdirectories made anew. Read-only directories (root may
+    empty them) are kept too, made writable there. The rewind makes each
+    directory again, with its mode, times and xattrs."""
+    make_files(shim, 600)
+    readonly = os.geteuid() == 0
+    if readonly:
+        shim.setup(b"chmod 555 many/d3 many/d7 && setfattr -n user.k -v v many/d5 && touch -d 2001-01-01 many/d*")
+    inodes = {os.stat(shim.p(b"many/d%d" % d)).st_ino for d in range(12)} | {os.stat(shim.p("many")).st_ino}
+
+    def check(_):
+        assert not shim.exists("many")
+        assert len(kept_inodes(shim)) == 600
+        top = os.path.join(shim.journal, b"objects")
+        subdirs = {os.stat(os.path.join(top, d)).st_ino: d for d in os.listdir(top)}
+        assert inodes <= set(subdirs), "a removed directory was not kept"
+        assert len(set(subdirs) - inodes) <= 2, f"{len(set(subdirs) - inodes)} subdirectories made anew"
+        for d in subdirs.values():
+            assert os.stat(os.path.join(top, d)).st_mode & 0o7777 == 0o700, d
+    shim.roundtrip(b"rm -rf many", check)
+
+
+# Each case runs natively and under the shim in a directory of its own (the
+# name printed is relative to it); what it prints must be the same.
+KEPT_DIR_CASES = {
+    "not empty": b"""mkdir -p d/e; touch d/f; rmdir d 2>&1; rmdir d/e d 2>&1; echo $?; ls d""",
+    "dot names": b"""mkdir -p d/e; rmdir d/. d/e/. 2>&1; rmdir d/e/.. 2>&1; rmdir d/e/ && rmdir d/ && echo gone; ls""",
+    "a symlink": b"""mkdir d; ln -s d l; rmdir l 2>&1; rmdir l/ 2>&1; ls""",
+    # the process itself, then its parent (the shell), stand in the removed directory
+    "own cwd": b"""mkdir d; %s -c '
+import os
+os.chdir("d"); os.rmdir("../d")
+for f in (os.getcwd, lambda: os.listdir("."), lambda: open("f", "w")):
+    try: print(f())
+    except OSError as e: print(e.errno)'; ls""" % PY.encode(),
+    "parent's cwd": b"""mkdir d; cd d; rmdir ../d; ls -a; echo $?; touch f 2>&1 | sed 's/.*: //'; mkdir e 2>&1 | sed 's/.*: //'""",
+    "nested shells": b"""mkdir d; cd d; sh -c 'rmdir ../d; ls -a; touch f' 2>&1 | sed 's/.*: //'""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(KEPT_DIR_CASES))
+def test_rmdir_where_a_kept_directory_would_differ(shim, case):
+    """rmdir's own failures (not empty, ".", "..", a symlink) and a process
+    standing in the removed directory (itself, its shell): the same output
+    natively and under the shim, and the rewind gives the tree back."""
+    script = KEPT_DIR_CASES[case]
+    shim.setup(b"mkdir native wrapped")
+    native = shim.sh(b"cd native && " + script, preload=False, rc=None)
+    before = shim.snap()
+    wrapped = shim.sh(b"cd wrapped && " + script, rc=None)
+    assert (wrapped.returncode, wrapped.stdout) == (native.returncode, native.stdout), wrapped.stderr
+    shim.rewind()
+    assert_same(before, shim.snap())
+
+
+CREATOR = """
+import os, sys, time
+go, back = open("go", "rb", buffering=0), open("back", "wb", buffering=0)
+made = []
+while go.read(1):
+    time.sleep(0.005)
+    try:
+        os.close(os.open("d/f%d" % len(made), os.O_CREAT | os.O_WRONLY, 0o644))
+        made.append("d/f%d" % len(made))
+    except FileNotFoundError:
+        pass
+    back.write(b"x")
+open(sys.argv[1], "w").write("\\n".join(made))
+"""
+
+REMOVER = """
+import os
+go, back = open("go", "wb", buffering=0), open("back", "rb", buffering=0)
+refused = 0
+for i in range(4):      # each takes two of the eight subdirectories the journal takes ahead
+    os.mkdir("d")
+    go.write(b"x")
+    try:
+        os.rmdir("d")
+    except OSError:
+        refused += 1
+    back.read(1)
+    if os.path.isdir("d"):
+        for n in os.listdir("d"):
+            os.rename("d/" + n, "kept-" + n)
+        os.rmdir("d")
+print(refused)
+"""
+
+
+def test_a_directory_filled_while_it_is_removed_loses_nothing(shim):
+    """The journal looks at a directory before it takes it, and again once
+    it is moved. strace slows each getdents64 of the remover down by 20 ms,
+    and a process outside the session (whose creations take no path lock
+    of the journal's) makes a file in d 5 ms into each rmdir: the
+    directory, empty when looked at first, holds a file once moved, and is
+    put back with it (the rmdir fails ENOTEMPTY, as it would have). Every
+    file made is still there at the end, none went into the journal."""
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("no strace")
+    shim.setup(b"mkfifo go back")
+    made = os.path.join(shim.base, b"made")
+    proc = shim.sh(b"%s %s & %s -o /dev/null -e trace=getdents64 -e inject=getdents64:delay_exit=20000 "
+                   b"env LD_PRELOAD=%s FTSBX_JOURNAL=%s %s; wait" % (
+                       py(CREATOR), made, strace.encode(), SHIM.encode(), shim.journal, py(REMOVER)),
+                   preload=False)
+    with open(made, "rb") as f:
+        made = f.read().split()
+    assert int(proc.stdout) >= 3 and len(made) == int(proc.stdout), (proc.stdout, made)
+    for m in made:
+        assert shim.exists(b"kept-" + os.path.basename(m)), m
+    assert not [n for d, _, names in os.walk(os.path.join(shim.journal, b"objects"))
+                for n in names if not n.endswith((b".ino", b".gz"))]
 
 
 # --- the unlink made by the journal (a rename into objects/) -------------------------
