@@ -1144,45 +1144,47 @@ static void note_dir(struct jsession *s, uint64_t d)
  * has needed yet, instead of the program's rmdir: its inode is kept (its
  * block is not freed, and the subdirectory is not made by a mkdir, each of
  * which costs ext4 a scan of the inodes it freed last) and its objects go
- * in there. rmdir's semantics hold: a directory that is not empty is not
- * taken (the program's rmdir fails ENOTEMPTY), and one that is no longer
- * empty once moved (an entry made in between by another process) is put
- * back. Nothing of it is read back: the record holds the directory's
- * metadata, and rewind makes it anew. JCAP_DONE: removed; else the
- * program's call goes on.
+ * in there. Only a directory of one block that is the caller's own (no
+ * other user may keep a way into the journal: a process standing in it).
+ * rmdir's semantics hold: a directory that is not empty is not taken (the
+ * program's rmdir fails ENOTEMPTY); it is moved first to a name of this
+ * thread's in objects/ and looked at there, so that an entry made in it
+ * meanwhile (by a process outside the session: those of the session wait
+ * on the path's locks) is found, and the directory put back (ENOTEMPTY),
+ * before any object of the session can be in it; only then it becomes
+ * objects/D. With no D left to take, the moved directory is removed.
+ * Nothing of it is read back: the record holds the directory's metadata,
+ * and rewind makes it anew. JCAP_DONE: removed; JCAP_NOTEMPTY: filled
+ * meanwhile and its name taken since, so that it stays as objects/.keep-TID
+ * (the program's call fails ENOTEMPTY); 0: the program's call goes on.
  */
 static int keep_dir(struct jsession *s, const char *path, const struct at *at, const struct stat *st)
 {
-	uint64_t first = __atomic_load_n(&s->ctr[0], __ATOMIC_RELAXED) / J_OBJ_FANOUT + 1;
+	uint64_t first = (__atomic_load_n(&s->ctr[0], __ATOMIC_RELAXED) + 1) / J_OBJ_FANOUT + 1;
 	uint64_t d = __atomic_load_n(&s->dirs_taken, __ATOMIC_RELAXED) + 1;
-	char name[JOBJ_NAME_MAX];
+	char name[JOBJ_NAME_MAX], own[JOBJ_NAME_MAX] = ".keep-";
 
 	if (d < first)
 		d = first;
 	if (d >= first + DIRS_AHEAD || (s->features & MOVE_FEATURES) != MOVE_FEATURES || (s->flags & JS_DURABLE) ||
-	    st->st_nlink > 2 || !movable(s, path, st) || (st->st_uid != geteuid() && geteuid() != 0) ||
+	    st->st_nlink > 2 || st->st_blocks > 8 || st->st_uid != geteuid() || !movable(s, path, st) ||
 	    !dir_empty(at->fd, at->name))
 		return 0;
-	for (;; d++) {
-		if (d >= first + DIRS_AHEAD)
-			return 0;
-		jobject_dir(name, d);
-		if (renameat2(at->fd, at->name, s->objfd, name, RENAME_NOREPLACE) == 0)
-			break;
-		if (errno != EEXIST)
-			return 0;       /* another mount, Landlock's EXDEV ...: the rmdir decides */
-		note_dir(s, d);
-	}
-	note_dir(s, d);
-	if (!dir_empty(s->objfd, name)) {
-		/* made non-empty in between: back, and the rmdir fails (were
-		 * its name taken meanwhile, the entry stays in the journal,
-		 * where the record's rewind of the removal finds it missing) */
-		(void)renameat2(s->objfd, name, at->fd, at->name, RENAME_NOREPLACE);
-		return 0;
-	}
-	if ((st->st_mode & 07777) != 0700)
-		(void)fchmodat(s->objfd, name, 0700, 0);        /* its objects are renamed into it */
+	own[6 + jdecimal(own + 6, (uint64_t)gettid())] = 0;
+	if (renameat2(at->fd, at->name, s->objfd, own, RENAME_NOREPLACE) < 0)
+		return 0;       /* another mount, Landlock's EXDEV ...: the rmdir decides */
+	if (!dir_empty(s->objfd, own))
+		return renameat2(s->objfd, own, at->fd, at->name, RENAME_NOREPLACE) == 0 ? 0 : JCAP_NOTEMPTY;
+	if ((st->st_mode & 07777) == 0700 || fchmodat(s->objfd, own, 0700, 0) == 0)
+		for (; d < first + DIRS_AHEAD; d++) {
+			jobject_dir(name, d);
+			note_dir(s, d);
+			if (renameat2(s->objfd, own, s->objfd, name, RENAME_NOREPLACE) == 0)
+				return JCAP_DONE;
+			if (errno != EEXIST)
+				break;
+		}
+	(void)unlinkat(s->objfd, own, AT_REMOVEDIR);    /* empty, the journal's: removed as asked */
 	return JCAP_DONE;
 }
 

@@ -103,8 +103,10 @@
  * one block of at most 100 entries costs half what the full hashed blocks
  * of a directory of ten thousand do. A subdirectory may also be a directory
  * the program removed (capture.c, keep_dir: renamed there, empty, in place
- * of its rmdir, for a D no seq has reached yet; made mode 0700, its old
- * xattrs kept): nothing reads it but as D. A session
+ * of its rmdir, for a D no seq has reached yet, by way of objects/.keep-TID
+ * where it is looked at first; made mode 0700, its old xattrs kept):
+ * nothing reads it but as D. A .keep-TID left by a process killed on the
+ * way is an empty directory of no meaning. A session
  * without JI_OBJDIRS (below) keeps its objects flat: objects/S.gz,
  * objects/S.ino.
  *

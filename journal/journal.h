@@ -219,6 +219,10 @@ int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, con
  * then, and the program's call must not be made. 0: the program's call
  * goes on (the record written, or nothing to keep: it fails). */
 #define JCAP_DONE 1
+/* jcap_removeat's KEEP: a directory filled while the journal was taking
+ * it, which could not be put back (its name was taken meanwhile): it is in
+ * objects/, and the program's call must fail with ENOTEMPTY. */
+#define JCAP_NOTEMPTY 2
 int jcap_unlinkat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name);
 /* *DIRS: a directory or a symlink may change its name (the lookup of other
  * paths may change); true when that cannot be ruled out. */

@@ -408,9 +408,10 @@ static size_t abi_block(struct sock_filter *f, const struct abi *a)
 }
 
 /*
- * Once no_new_privs is set: io_uring_setup fails with ENOSYS in this
- * process and everything it starts, raw system calls and static programs
- * included (see IO_URING_WHY), the machine_calls with EPERM, and so does
+ * Once no_new_privs is set (after the Landlock domain): io_uring_setup
+ * fails with ENOSYS in this process and everything it starts, raw system
+ * calls and static programs included (see IO_URING_WHY), the
+ * machine_calls with EPERM, and so does
  * making a device node (a c 1 1 node in a writable root would be
  * /dev/mem). Apart from mknod's, the filter looks at the call's number
  * only, so the kernel caches its answer for every other call; it still
@@ -491,6 +492,20 @@ static void allow_devices(int rs, uint64_t access)
 	close(fd);
 }
 
+#define DEVICE_NODES (LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK)
+
+/* A Landlock layer that refuses device nodes and nothing else. */
+static bool device_layer(void)
+{
+	struct ll_ruleset attr = { .fs = DEVICE_NODES };
+	int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
+	bool ok = rs >= 0 && syscall(SYS_landlock_restrict_self, rs, 0) == 0;
+
+	if (rs >= 0)
+		close(rs);
+	return ok;
+}
+
 /* Confine this process and everything it starts to the writable roots
  * (and the journal, when JOURNAL is not NULL: the shim writes it): writes,
  * creations, removals, renames, truncations; device nodes are made
@@ -498,7 +513,9 @@ static void allow_devices(int rs, uint64_t access)
  * signals = session, no signal leaves the root's domain.
  *
  * Device nodes are refused by the seccomp filter, not by Landlock, where
- * the filter is set: a rule that grants every right the ruleset handles
+ * the kernel has seccomp filters (asked before the ruleset is made; one
+ * that cannot be set after all gets a Landlock layer that refuses device
+ * nodes, device_layer): a rule that grants every right the ruleset handles
  * ends Landlock's walk of a rename's two directories at the first ruled
  * ancestor (the root, the journal). With MAKE_CHAR and MAKE_BLOCK handled
  * and granted nowhere, each rename across directories (rm's unlink is one
@@ -513,13 +530,16 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 		      LANDLOCK_ACCESS_FS_MAKE_SYM,
 	};
 	int abi = (int)syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+	uint32_t errno_action = SECCOMP_RET_ERRNO;
 	uint64_t roots, dev;
 	int rs, ok = 1;
+	bool filters;
 
-	if (abi < 1 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+	if (abi < 1)
 		return false;
-	if (!session_filter())
-		attr.fs |= LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK;
+	filters = syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &errno_action) == 0;
+	if (!filters)
+		attr.fs |= DEVICE_NODES;
 	attr.fs |= (abi >= 2 ? LANDLOCK_ACCESS_FS_REFER : 0) | (abi >= 3 ? LL_TRUNCATE : 0) |
 		   (abi >= 5 ? LL_IOCTL_DEV : 0);
 	/* The root's domain, which the whole session shares, keeps signals in;
@@ -530,7 +550,7 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 	rs = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
 	if (rs < 0)
 		return false;
-	roots = attr.fs & ~(uint64_t)(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK);
+	roots = attr.fs & ~(uint64_t)DEVICE_NODES;
 	dev = attr.fs & (LANDLOCK_ACCESS_FS_WRITE_FILE | LL_IOCTL_DEV);
 	struct seen_dirs seen = { 0 };
 	for (size_t i = 0; policy_root(pol, i); i++)
@@ -543,9 +563,13 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 	allow_devices(rs, dev);
 	allow_beneath(rs, "/dev/shm", roots);
 	allow_beneath(rs, "/proc", attr.fs & (LANDLOCK_ACCESS_FS_WRITE_FILE | LL_TRUNCATE));
-	if (syscall(SYS_landlock_restrict_self, rs, 0) < 0)
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_landlock_restrict_self, rs, 0) < 0)
 		ok = 0;
 	close(rs);
+	/* a filter that could not be set after all: a layer of its own
+	 * refuses device nodes everywhere */
+	if (ok && filters && !session_filter())
+		ok = device_layer();
 	return ok;
 }
 

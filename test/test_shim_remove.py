@@ -383,6 +383,58 @@ def test_a_directory_filled_while_it_is_removed_loses_nothing(shim):
                 for n in names if not n.endswith((b".ino", b".gz"))]
 
 
+def test_a_directory_kept_while_the_session_removes_files_holds_only_its_objects(shim):
+    """The journal takes a directory under a name of its own first, and
+    makes it objects/D only once it is known empty there: strace slows each
+    getdents64 of the rmdir by 0.3 s, and another process of the session
+    removes 300 files while the moved directory is looked at (their objects
+    pass the seq range of the next subdirectories).
+    The rmdir succeeds, no object of the journal is ever in the workspace,
+    and the rewind gives all back (the journal once took those objects for
+    entries made in the directory, and moved them into the workspace)."""
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("no strace")
+    make_files(shim, 300)
+    shim.setup(b"mkdir e")
+    before = shim.snap()
+    proc = shim.sh(b"(sleep 0.7; %s) & %s -o /dev/null -f -e trace=getdents64 "
+                   b"-e inject=getdents64:delay_enter=300000 env LD_PRELOAD=%s FTSBX_JOURNAL=%s rmdir e; "
+                   b"echo rmdir=$?; wait" % (b"rm -rf many", strace.encode(), SHIM.encode(), shim.journal))
+    assert proc.stdout == b"rmdir=0\n", proc
+    assert not shim.exists("e") and not shim.exists("many")
+    assert len(kept_inodes(shim)) == 300
+    shim.rewind()
+    assert_same(before, shim.snap())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make another user's directory")
+def test_a_directory_of_another_user_or_held_open_is_removed_not_kept(shim):
+    """Root removes an empty directory owned by another user (kept, its
+    owner could reach the journal from inside it), and a process removes a
+    directory it holds open (kept, its descriptor would lead into the
+    journal): both are removed as rmdir does, the open one then reads as
+    removed through the descriptor, natively and under the shim alike."""
+    shim.setup(b"mkdir theirs native wrapped && chown 65534 theirs")
+    ino = os.stat(shim.p("theirs")).st_ino
+    script = b"""%s -c '
+import os
+os.mkdir("d"); fd = os.open("d", os.O_RDONLY | os.O_DIRECTORY)
+os.rmdir("d")
+print(os.fstat(fd).st_nlink, os.listdir(fd))
+for f in (lambda: os.open("x", os.O_CREAT | os.O_WRONLY, dir_fd=fd), lambda: os.mkdir("s", dir_fd=fd)):
+    try: f()
+    except OSError as e: print(e.errno)'""" % PY.encode()
+    native = shim.sh(b"cd native && " + script, preload=False)
+    before = shim.snap()
+    wrapped = shim.sh(b"rmdir theirs && cd wrapped && " + script)
+    assert wrapped.stdout == native.stdout == b"0 []\n2\n2\n", (native.stdout, wrapped.stdout)
+    top = os.path.join(shim.journal, b"objects")
+    assert ino not in {os.stat(os.path.join(top, d)).st_ino for d in object_dirs(shim)}
+    shim.rewind()
+    assert_same(before, shim.snap())
+
+
 # --- the unlink made by the journal (a rename into objects/) -------------------------
 
 def test_rm_renames_each_file_into_objects(shim):
