@@ -1126,6 +1126,37 @@ static bool dir_empty(int dirfd, const char *name)
 	return none;
 }
 
+/* No descriptor of this process is open on the directory ST: each of
+ * /proc/self/fd looked at (a few in a program that removes trees; more
+ * than 64, or no /proc: taken for one). A removed directory held open
+ * reads as removed (no links, nothing made in it), where a kept one would
+ * lead into the journal. */
+static bool dir_unheld(const struct stat *st)
+{
+	char buf[1024] __attribute__((aligned(8)));
+	int fd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC), seen = 0;
+	ssize_t n = 0;
+	bool unheld = fd >= 0;
+
+	while (unheld && (n = getdents64(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t off = 0; unheld && off < n;) {
+			const struct dirent64 *d = (const struct dirent64 *)(buf + off);
+			struct stat o;
+			int k = 0;
+
+			off += d->d_reclen;
+			if (d->d_name[0] < '0' || d->d_name[0] > '9')
+				continue;
+			for (const char *c = d->d_name; *c; c++)
+				k = k * 10 + (*c - '0');
+			unheld = ++seen <= 64 && (k == fd || fstat(k, &o) < 0 || o.st_ino != st->st_ino ||
+						  o.st_dev != st->st_dev);
+		}
+	if (fd >= 0)
+		close(fd);
+	return unheld && n == 0;
+}
+
 /* Subdirectories of objects/ taken ahead of the seqs that need them. */
 #define DIRS_AHEAD 8
 
@@ -1145,7 +1176,8 @@ static void note_dir(struct jsession *s, uint64_t d)
  * block is not freed, and the subdirectory is not made by a mkdir, each of
  * which costs ext4 a scan of the inodes it freed last) and its objects go
  * in there. Only a directory of one block that is the caller's own (no
- * other user may keep a way into the journal: a process standing in it).
+ * other user may keep a way into the journal: a process standing in it)
+ * and that this process holds no descriptor on.
  * rmdir's semantics hold: a directory that is not empty is not taken (the
  * program's rmdir fails ENOTEMPTY); it is moved first to a name of this
  * thread's in objects/ and looked at there, so that an entry made in it
@@ -1167,8 +1199,8 @@ static int keep_dir(struct jsession *s, const char *path, const struct at *at, c
 	if (d < first)
 		d = first;
 	if (d >= first + DIRS_AHEAD || (s->features & MOVE_FEATURES) != MOVE_FEATURES || (s->flags & JS_DURABLE) ||
-	    st->st_nlink > 2 || st->st_blocks > 8 || st->st_uid != geteuid() || !movable(s, path, st) ||
-	    !dir_empty(at->fd, at->name))
+	    st->st_nlink > 2 || st->st_blocks * 512 > st->st_blksize || st->st_uid != geteuid() ||
+	    !movable(s, path, st) || !dir_empty(at->fd, at->name) || !dir_unheld(st))
 		return 0;
 	own[6 + jdecimal(own + 6, (uint64_t)gettid())] = 0;
 	if (renameat2(at->fd, at->name, s->objfd, own, RENAME_NOREPLACE) < 0)

@@ -106,7 +106,9 @@
  * of its rmdir, for a D no seq has reached yet, by way of objects/.keep-TID
  * where it is looked at first; made mode 0700, its old xattrs kept):
  * nothing reads it but as D. A .keep-TID left by a process killed on the
- * way is an empty directory of no meaning. A session
+ * way is an empty directory of no meaning; one that holds an entry is a
+ * directory filled by a process outside the session while it was taken,
+ * whose name was taken meanwhile (the shim said so). A session
  * without JI_OBJDIRS (below) keeps its objects flat: objects/S.gz,
  * objects/S.ino.
  *

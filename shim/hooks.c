@@ -468,8 +468,8 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
  * likely stands in or under it: this one, its parent (the shell that ran
  * rm), the session's start (the workspace: where the agent, and the shell
  * that started it, stand; the parent of the session's root is out of
- * Landlock's reach: EACCES); nor where this process holds a directory
- * descriptor on it or under it (pre_remove asks the fd cache). A process
+ * Landlock's reach: EACCES); nor where this process holds a descriptor on
+ * it (jcap_removeat looks). A process
  * in a removed directory finds nothing there and can make nothing in it,
  * where one in a kept directory would see the journal's objects. Another
  * process standing there is not looked for (documented). */
@@ -500,7 +500,7 @@ static bool may_keep_dir(const char *p, const char *path, int flags)
  * of one component), the record takes P. An unlink of a regular file is
  * made by the journal itself, right after its record (PRE_DONE), and so is
  * an rmdir where the journal keeps the directory. */
-static int capture_remove(const char *p, int dirfd, const char *path, int flags, bool keep)
+static int capture_remove(const char *p, int dirfd, const char *path, int flags)
 {
 	struct jseg *g;
 	int err = begin_change(p, true, &g);
@@ -510,12 +510,14 @@ static int capture_remove(const char *p, int dirfd, const char *path, int flags,
 	if (flags == 0 || flags == REMOVE_ANY)
 		err = jcap_unlinkat(g, shim_txn(), p, dirfd, path);
 	else
-		err = jcap_removeat(g, shim_txn(), p, dirfd, path, keep && may_keep_dir(p, path, flags));
+		err = jcap_removeat(g, shim_txn(), p, dirfd, path, may_keep_dir(p, path, flags));
 	if (err == JCAP_DONE)
 		return PRE_DONE;
 	if (err == JCAP_NOTEMPTY) {
-		shim_say("rmdir", p, ENOTEMPTY, "another process made an entry in it while it was removed: "
-			 "it is in the journal's objects/, its name taken since");
+		char kept[64] = "it is the journal's objects/.keep-";
+		kept[34 + jdecimal(kept + 34, (uint64_t)gettid())] = 0;
+		shim_say("rmdir (another process made an entry in it while it was removed, and its name was taken since)",
+			 p, ENOTEMPTY, kept);
 		return ENOTEMPTY;
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
@@ -748,7 +750,6 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 
 	if (err)
 		return refuse_unjournaled(path, err);
-	bool keep = flags == AT_REMOVEDIR && !fdcache_holds(p);
 	fdcache_forget(p);
 	if (flags & AT_REMOVEDIR || flags == REMOVE_ANY)
 		bump_namespace();
@@ -757,7 +758,7 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 		return err;
 	if ((err = guard_write("remove", p, 0)))
 		return err == 1 ? 0 : err;
-	return capture_remove(p, dirfd, path, flags, keep);
+	return capture_remove(p, dirfd, path, flags);
 }
 
 /* Whether renaming P (or over it) may change where other paths lead: it

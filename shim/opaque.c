@@ -566,9 +566,10 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_landlock_restrict_self, rs, 0) < 0)
 		ok = 0;
 	close(rs);
-	/* a filter that could not be set after all: a layer of its own
-	 * refuses device nodes everywhere */
-	if (ok && filters && !session_filter())
+	/* tried wherever asked (the probe may fail where prctl's way works);
+	 * one that could not be set after all, where the probe said it could:
+	 * a layer of its own refuses device nodes everywhere */
+	if (ok && !session_filter() && filters)
 		ok = device_layer();
 	return ok;
 }

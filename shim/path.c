@@ -336,34 +336,16 @@ HOT HIDDEN void fdcache_drop(int fd)
 		fdc_write(e, -1, NULL, NULL);
 }
 
-/* The entries for PATH or below it: emptied (DROP), or only looked for. */
-static bool fdc_under(const char *path, bool drop)
-{
-	size_t n = strlen(path);
-	bool any = false;
-
-	for (uint64_t used = __atomic_load_n(&fdc_used, __ATOMIC_ACQUIRE); used; used &= used - 1) {
-		int i = __builtin_ctzll(used);
-		if (fdc[i].gen && fdc[i].fd >= 0 && path_under(fdc_path[i], path, n)) {
-			any = true;
-			if (!drop)
-				break;
-			fdc_write(&fdc[i], -1, NULL, NULL);
-		}
-	}
-	return any;
-}
-
-/* Some entry is for PATH or below it (a directory held open there). */
-HIDDEN bool fdcache_holds(const char *path)
-{
-	return fdc_under(path, false);
-}
-
 /* Forget every entry for PATH or below it (it is being removed or renamed). */
 HIDDEN void fdcache_forget(const char *path)
 {
-	fdc_under(path, true);
+	size_t n = strlen(path);
+
+	for (uint64_t used = __atomic_load_n(&fdc_used, __ATOMIC_ACQUIRE); used; used &= used - 1) {
+		int i = __builtin_ctzll(used);
+		if (fdc[i].gen && fdc[i].fd >= 0 && path_under(fdc_path[i], path, n))
+			fdc_write(&fdc[i], -1, NULL, NULL);
+	}
 }
 
 HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])

@@ -191,7 +191,6 @@ HIDDEN void fdcache_put(int fd, const char *path);
 HIDDEN void fdcache_drop(int fd);
 HIDDEN void fdcache_drop_range(unsigned lo, unsigned hi);
 HIDDEN void fdcache_forget(const char *path);
-HIDDEN bool fdcache_holds(const char *path);
 HIDDEN void fdcache_distrust(void);
 HIDDEN void cwd_distrust(void);
 HIDDEN void fdcache_syscall(long n, const long a[6]);
