@@ -1105,25 +1105,59 @@ int jcap_unlinkat(struct jseg *g, uint32_t txn, const char *path, int dirfd, con
 
 /* ---- a removed directory kept as one of objects/' next subdirectories ---- */
 
-/* Whether the directory NAME in DIRFD lists nothing but . and .. */
-static bool dir_empty(int dirfd, const char *name)
+/* EACH of the entries of the directory open as FD, until it says stop
+ * (false): true when every entry was read and none stopped it. */
+static bool dir_each(int fd, bool (*each)(const char *name, void *arg), void *arg)
 {
-	char buf[512] __attribute__((aligned(8)));
-	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	char buf[1024] __attribute__((aligned(8)));
 	ssize_t n;
-	bool none = fd >= 0;
 
-	while (none && (n = getdents64(fd, buf, sizeof(buf))) != 0)
-		for (ssize_t off = 0; none && off < n;) {
+	while ((n = getdents64(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t off = 0; off < n;) {
 			const struct dirent64 *d = (const struct dirent64 *)(buf + off);
 
 			off += d->d_reclen;
-			none = n > 0 && d->d_name[0] == '.' &&
-			       (!d->d_name[1] || (d->d_name[1] == '.' && !d->d_name[2]));
+			if (!each(d->d_name, arg))
+				return false;
 		}
+	return n == 0;
+}
+
+static bool dot_or_dotdot(const char *name, void *arg)
+{
+	(void)arg;
+	return name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]));
+}
+
+/* Whether the directory NAME in DIRFD lists nothing but . and .. */
+static bool dir_empty(int dirfd, const char *name)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	bool none = fd >= 0 && dir_each(fd, dot_or_dotdot, NULL);
+
 	if (fd >= 0)
 		close(fd);
 	return none;
+}
+
+struct unheld {
+	const struct stat *st;
+	int fd, seen;
+};
+
+/* One entry of /proc/self/fd: not a descriptor on U->st. */
+static bool fd_elsewhere(const char *name, void *arg)
+{
+	struct unheld *u = arg;
+	struct stat o;
+	int k = 0;
+
+	if (name[0] < '0' || name[0] > '9')
+		return true;
+	for (const char *c = name; *c; c++)
+		k = k * 10 + (*c - '0');
+	return ++u->seen <= 64 && (k == u->fd || fstat(k, &o) < 0 || o.st_ino != u->st->st_ino ||
+				   o.st_dev != u->st->st_dev);
 }
 
 /* No descriptor of this process is open on the directory ST: each of
@@ -1133,28 +1167,12 @@ static bool dir_empty(int dirfd, const char *name)
  * lead into the journal. */
 static bool dir_unheld(const struct stat *st)
 {
-	char buf[1024] __attribute__((aligned(8)));
-	int fd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC), seen = 0;
-	ssize_t n = 0;
-	bool unheld = fd >= 0;
+	struct unheld u = { st, open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC), 0 };
+	bool unheld = u.fd >= 0 && dir_each(u.fd, fd_elsewhere, &u);
 
-	while (unheld && (n = getdents64(fd, buf, sizeof(buf))) > 0)
-		for (ssize_t off = 0; unheld && off < n;) {
-			const struct dirent64 *d = (const struct dirent64 *)(buf + off);
-			struct stat o;
-			int k = 0;
-
-			off += d->d_reclen;
-			if (d->d_name[0] < '0' || d->d_name[0] > '9')
-				continue;
-			for (const char *c = d->d_name; *c; c++)
-				k = k * 10 + (*c - '0');
-			unheld = ++seen <= 64 && (k == fd || fstat(k, &o) < 0 || o.st_ino != st->st_ino ||
-						  o.st_dev != st->st_dev);
-		}
-	if (fd >= 0)
-		close(fd);
-	return unheld && n == 0;
+	if (u.fd >= 0)
+		close(u.fd);
+	return unheld;
 }
 
 /* Subdirectories of objects/ taken ahead of the seqs that need them. */
