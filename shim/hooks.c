@@ -469,10 +469,10 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
  * rm), the session's start (the workspace: where the agent, and the shell
  * that started it, stand; the parent of the session's root is out of
  * Landlock's reach: EACCES); nor where this process holds a descriptor on
- * it (jcap_removeat looks). A process
- * in a removed directory finds nothing there and can make nothing in it,
- * where one in a kept directory would see the journal's objects. Another
- * process standing there is not looked for (documented). */
+ * it (jcap_removeat looks). A process in a removed directory finds nothing
+ * there and can make nothing in it, where one in a kept directory would see
+ * the journal's objects. Another process standing there is not looked for
+ * (documented). */
 static bool may_keep_dir(const char *p, const char *path, int flags)
 {
 	char cwd[PATH_MAX], proc[32] = "/proc/";
