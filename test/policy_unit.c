@@ -76,6 +76,19 @@ static enum pverdict sh(const struct policy *pol, const char *script)
 	return EXEC(pol, "bash", "-c", script);
 }
 
+/* Each of the N scripts REFUSED is refused as bash -c, each of the M ALLOWED
+ * let through; the first that is not fails the test, named. */
+static void expect_shells(const struct policy *pol, const char *const *refused, size_t n,
+			  const char *const *allowed, size_t m)
+{
+	for (size_t i = 0; i < n; i++)
+		if (sh(pol, refused[i]) != PV_DENY)
+			fail_msg("not refused: %s", refused[i]);
+	for (size_t i = 0; i < m; i++)
+		if (sh(pol, allowed[i]) != PV_ALLOW)
+			fail_msg("refused: %s", allowed[i]);
+}
+
 static enum pverdict path(const struct policy *pol, const char *p, bool write)
 {
 	const char *why;
@@ -744,12 +757,8 @@ static void test_shell_stdin_text(void **state)
 		/* odd scripts end well (an unterminated quote, a backslash last) */
 		"env bash -c \"psql <<E\\\"O\"", "cat <<EOF \\",
 	};
-	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
-		if (sh(pol, refused[i]) != PV_DENY)
-			fail_msg("not refused: %s", refused[i]);
-	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-		if (sh(pol, allowed[i]) != PV_ALLOW)
-			fail_msg("refused: %s", allowed[i]);
+	expect_shells(pol, refused, sizeof(refused) / sizeof(refused[0]), allowed,
+		      sizeof(allowed) / sizeof(allowed[0]));
 	policy_free(pol);
 }
 
@@ -834,12 +843,8 @@ static void test_key_fetch_and_run(void **state)
 				  "interpreters = sh bash python3 perl node\n[commands]\nsu = sudo\n");
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
-		if (sh(pol, refused[i]) != PV_DENY)
-			fail_msg("not refused: %s", refused[i]);
-	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-		if (sh(pol, allowed[i]) != PV_ALLOW)
-			fail_msg("refused: %s", allowed[i]);
+	expect_shells(pol, refused, sizeof(refused) / sizeof(refused[0]), allowed,
+		      sizeof(allowed) / sizeof(allowed[0]));
 	policy_free(pol);
 	pol = load("[fetch-and-run]\naction = allow\nfetchers = curl\ninterpreters = sh\n");
 	assert_int_equal(sh(pol, "curl x | sh"), PV_ALLOW);
