@@ -707,21 +707,28 @@ static void test_shell_stdin_text(void **state)
 				  "rm-rf = rm -r|-R|--recursive\n");
 
 	(void)state;
-	assert_int_equal(sh(pol, "psql <<EOF\nselect 1;\nDROP TABLE users;\nEOF\n"), PV_DENY);
-	assert_int_equal(sh(pol, "psql -h db <<-'SQL'\n\tDROP DATABASE prod;\n\tSQL\necho done"), PV_DENY);
-	assert_int_equal(sh(pol, "cat <<A; psql <<B\nDROP x;\nA\nselect 1;\nB\n"), PV_ALLOW);
-	assert_int_equal(sh(pol, "cat <<A; psql <<B\nselect 1;\nA\ndrop table t;\nB\n"), PV_DENY);
-	assert_int_equal(sh(pol, "psql <<< 'drop table t'"), PV_DENY);
-	assert_int_equal(sh(pol, "echo 'DROP TABLE t;' | psql"), PV_DENY);
-	assert_int_equal(sh(pol, "printf 'drop table t;\\n' | mysql -u root"), PV_DENY);
-	assert_int_equal(sh(pol, "echo 'update t set a=1' | psql"), PV_DENY);
-	assert_int_equal(sh(pol, "echo 'update t set a=1 where id=2' | psql"), PV_ALLOW);
-	assert_int_equal(sh(pol, "psql <<EOF\nselect * from drops_log;\nEOF\n"), PV_ALLOW);
-	assert_int_equal(sh(pol, "echo 'DROP TABLE t' > x.sql; psql -c 'select 1'"), PV_ALLOW);
-	assert_int_equal(sh(pol, "echo 'DROP TABLE t' | tee x.sql | wc -l"), PV_ALLOW);
-	assert_int_equal(sh(pol, "cat > notes.md <<EOF\nDROP the old table later\nEOF\npsql -c 'select 1'"), PV_ALLOW);
-	/* flags are not taken from the input */
-	assert_int_equal(sh(pol, "rm <<EOF\n-r\nEOF\n"), PV_ALLOW);
+	{
+		static const char *const refused[] = {
+			"psql <<EOF\nselect 1;\nDROP TABLE users;\nEOF\n",
+			"psql -h db <<-'SQL'\n\tDROP DATABASE prod;\n\tSQL\necho done",
+			"cat <<A; psql <<B\nselect 1;\nA\ndrop table t;\nB\n",
+			"psql <<< 'drop table t'",
+			"echo 'DROP TABLE t;' | psql",
+			"printf 'drop table t;\\n' | mysql -u root",
+			"echo 'update t set a=1' | psql",
+		};
+		static const char *const allowed[] = {
+			"cat <<A; psql <<B\nDROP x;\nA\nselect 1;\nB\n",
+			"echo 'update t set a=1 where id=2' | psql",
+			"psql <<EOF\nselect * from drops_log;\nEOF\n",
+			"echo 'DROP TABLE t' > x.sql; psql -c 'select 1'",
+			"echo 'DROP TABLE t' | tee x.sql | wc -l",
+			"cat > notes.md <<EOF\nDROP the old table later\nEOF\npsql -c 'select 1'",
+			"rm <<EOF\n-r\nEOF\n",             /* flags are not taken from the input */
+		};
+		expect_shells(pol, refused, sizeof(refused) / sizeof(refused[0]), allowed,
+			      sizeof(allowed) / sizeof(allowed[0]));
+	}
 	policy_free(pol);
 
 	/* the built-in default's SQL rules, a statement at a time, comments out */
