@@ -50,18 +50,18 @@ static inline uint64_t word(const unsigned char *c)
 	return w;
 }
 
-uint64_t pol_blob_hash(const void *p, size_t n)
+/* The hash of N bytes at C; SKIP16: the word at byte 16 counts as zero (the
+ * core's own hash field). */
+static uint64_t hash_bytes(const unsigned char *c, size_t n, bool skip16)
 {
-	const unsigned char *c = p;
 	uint64_t l0 = 0x243f6a8885a308d3ull, l1 = 0x13198a2e03707344ull, l2 = 0xa4093822299f31d0ull,
 		 l3 = 0x082efa98ec4e6c89ull, h;
 	size_t i = 0;
 
-	_Static_assert(offsetof(struct pol_hdr, hash) == 16, "the hash field is the third word");
 	if (n >= 32) {
 		l0 = hstep(l0, word(c));
 		l1 = hstep(l1, word(c + 8));
-		l2 = hstep(l2, 0);
+		l2 = hstep(l2, skip16 ? 0 : word(c + 16));
 		l3 = hstep(l3, word(c + 24));
 		for (i = 32; i + 32 <= n; i += 32) {
 			l0 = hstep(l0, word(c + i));
@@ -71,7 +71,7 @@ uint64_t pol_blob_hash(const void *p, size_t n)
 		}
 	}
 	for (; i + 8 <= n; i += 8)
-		l0 = hstep(l0, i == 16 ? 0 : word(c + i));
+		l0 = hstep(l0, i == 16 && skip16 ? 0 : word(c + i));
 	if (i < n) {
 		unsigned char tail[8] = { 0 };
 		memcpy(tail, c + i, n - i);
@@ -83,6 +83,17 @@ uint64_t pol_blob_hash(const void *p, size_t n)
 	return h ^ h >> 32;
 }
 
+uint64_t pol_blob_hash(const void *p, size_t n)
+{
+	_Static_assert(offsetof(struct pol_hdr, hash) == 16, "the hash field is the third word");
+	return hash_bytes(p, n, true);
+}
+
+uint64_t pol_part_hash(const void *p, size_t n)
+{
+	return hash_bytes(p, n, false);
+}
+
 /* --- the block ---------------------------------------------------------------- */
 
 void policy_blob(const struct policy *pol, const void **p, size_t *n)
@@ -91,15 +102,19 @@ void policy_blob(const struct policy *pol, const void **p, size_t *n)
 	*n = pol->n;
 }
 
-/* OFF is 0 or inside the string area (one compare: below it wraps). */
-static inline bool str_ok(const struct pol_hdr *h, uint32_t off)
+const char policy_damaged[] = "the session's compiled policy is damaged";
+
+/* OFF is 0 or inside the string area of part P (one compare: below it
+ * wraps). Whether the string is terminated is the part's check. */
+static inline bool str_ok(const struct pol_hdr *h, int p, uint32_t off)
 {
-	return off - h->str_off < h->str_len || off == 0;
+	return off - h->part[p].str_off < h->part[p].str_len || off == 0;
 }
 
 /* Every entry of table T refers to strings and tokens inside the block (the
  * hash catches damage, these a block made to fool it); one loop per kind,
- * since every process that starts runs them. */
+ * since every process that starts runs them. A string of another part
+ * than the table's is only checked to lie in that part's strings. */
 static bool entries_ok(const struct pol_hdr *h, int t, const char *base)
 {
 	const char *e = base + h->tab[t].off;
@@ -109,26 +124,26 @@ static bool entries_ok(const struct pol_hdr *h, int t, const char *base)
 	if (t < PT_GLOB0) {
 		const struct pol_prefix *x = (const void *)e;
 		for (uint32_t i = 0; i < n && ok; i++)
-			ok = x[i].path && str_ok(h, x[i].path) && str_ok(h, x[i].rule) &&
+			ok = x[i].path && str_ok(h, P_CORE, x[i].path) && str_ok(h, P_TEXT, x[i].rule) &&
 			     x[i].len == strlen(base + x[i].path);
 	} else if (t < PT_DENY) {
 		const struct pol_glob *x = (const void *)e;
 		for (uint32_t i = 0; i < n && ok; i++)
-			ok = x[i].pat && str_ok(h, x[i].pat) && str_ok(h, x[i].rule) &&
+			ok = x[i].pat && str_ok(h, P_CORE, x[i].pat) && str_ok(h, P_TEXT, x[i].rule) &&
 			     x[i].litlen <= strlen(base + x[i].pat);
 	} else if (t <= PT_EXEMPT) {
 		const struct pol_erule *x = (const void *)e;
 		for (uint32_t i = 0; i < n && ok; i++)
-			ok = x[i].prog && str_ok(h, x[i].prog) && str_ok(h, x[i].rule) && x[i].tok <= ntok &&
-			     x[i].ntok <= ntok - x[i].tok;
+			ok = x[i].prog && str_ok(h, P_EXEC, x[i].prog) && str_ok(h, P_TEXT, x[i].rule) &&
+			     x[i].tok <= ntok && x[i].ntok <= ntok - x[i].tok;
 	} else if (t == PT_TOKEN) {
 		const struct pol_etok *x = (const void *)e;
 		for (uint32_t i = 0; i < n && ok; i++)
-			ok = x[i].pat && str_ok(h, x[i].pat) && x[i].kind <= ET_EXACT;
+			ok = x[i].pat && str_ok(h, P_EXEC, x[i].pat) && x[i].kind <= ET_EXACT;
 	} else {
 		const struct pol_net *x = (const void *)e;
 		for (uint32_t i = 0; i < n && ok; i++)
-			ok = str_ok(h, x[i].path) && str_ok(h, x[i].rule) && x[i].family <= NF_UNIX &&
+			ok = str_ok(h, P_EXEC, x[i].path) && str_ok(h, P_TEXT, x[i].rule) && x[i].family <= NF_UNIX &&
 			     (x[i].family != NF_UNIX || x[i].path) && x[i].plen <= 128;
 	}
 	return ok;
@@ -183,30 +198,90 @@ void pol_filters(struct policy *pol)
 		pol->hidden_firstc[i] = pol->hidden_firstc[0];
 }
 
+/* The parts of H (a block of N bytes) follow each other from its start to
+ * its end, on 8-byte boundaries, each with its string area inside it, and
+ * every array lies inside its part; nothing of the block is read but the
+ * header. */
+static bool parts_ok(const struct pol_hdr *h, size_t n)
+{
+	uint64_t at = 0;
+
+	if (n > UINT32_MAX)
+		return false;
+	for (int p = 0; p < POL_PARTS; p++) {
+		const struct pol_part *q = &h->part[p];
+		uint64_t lo = q->off + (p == P_CORE ? sizeof(*h) : 0), end = (uint64_t)q->off + q->size;
+		if (q->off != at || q->off % 8 || end > n || q->str_len == 0 || q->str_off < lo ||
+		    (uint64_t)q->str_off + q->str_len > end)
+			return false;
+		at = end;
+	}
+	if (at != n)
+		return false;
+	for (int t = 0; t < PT_COUNT; t++) {
+		const struct pol_span *s = &h->tab[t];
+		const struct pol_part *q = &h->part[pol_tpart[t]];
+		if (s->off % 4 || s->off < q->off || s->off > q->off + q->size ||
+		    (q->off + q->size - s->off) / pol_esize[t] < s->n)
+			return false;
+	}
+	return true;
+}
+
+/* Part P's hash, its last string's end, and its arrays' entries. */
+static bool part_ok(const struct pol_hdr *h, int p)
+{
+	const char *base = (const char *)h;
+	const struct pol_part *q = &h->part[p];
+
+	if (p == P_CORE ? h->hash != pol_blob_hash(h, q->size) : q->hash != pol_part_hash(base + q->off, q->size))
+		return false;
+	if (base[q->str_off + q->str_len - 1] != 0)
+		return false;
+	for (int t = 0; t < PT_COUNT; t++)
+		if (pol_tpart[t] == p && !entries_ok(h, t, base))
+			return false;
+	return true;
+}
+
+bool pol_part(const struct policy *pol, int p)
+{
+	uint32_t *parts = (uint32_t *)&pol->parts;     /* written in place, by any thread */
+	uint32_t now = __atomic_load_n(parts, __ATOMIC_ACQUIRE);
+
+	if (__builtin_expect(now & 1u << p, 1))
+		return true;
+	if (now & 1u << (8 + p))
+		return false;
+	bool ok = part_ok(pol->b, p);
+	__atomic_fetch_or(parts, ok ? 1u << p : 1u << (8 + p), __ATOMIC_ACQ_REL);
+	return ok;
+}
+
+bool policy_intact(const struct policy *pol)
+{
+	bool ok = true;
+
+	for (int p = 0; p < POL_PARTS; p++)
+		ok &= pol_part(pol, p);
+	return ok;
+}
+
 int policy_from_blob(struct policy *pol, const void *p, size_t n)
 {
 	const struct pol_hdr *h = p;
 
 	if (n < sizeof(*h) || ((uintptr_t)p & 7) || h->magic != POL_MAGIC || h->version != POL_VERSION ||
-	    h->size != n || h->hash != pol_blob_hash(p, n))
+	    h->size != n || !parts_ok(h, n) || !part_ok(h, P_CORE))
 		return -EINVAL;
-	if (h->str_off != sizeof(*h) || h->str_len == 0 || h->str_len > n - sizeof(*h) ||
-	    ((const char *)p)[h->str_off + h->str_len - 1] != 0)
-		return -EINVAL;
-	for (int t = 0; t < PT_COUNT; t++) {
-		const struct pol_span *s = &h->tab[t];
-		if (s->off % 4 || s->off > n || (n - s->off) / pol_esize[t] < s->n)
-			return -EINVAL;
-	}
-	for (int t = 0; t < PT_COUNT; t++)
-		if (!entries_ok(h, t, p))
-			return -EINVAL;
-	if (!str_ok(h, h->workspace) || !str_ok(h, h->source) || !str_ok(h, h->fetchers) ||
-	    !str_ok(h, h->interpreters) || !str_ok(h, h->carriers) || h->mode > PM_OFF || h->landlock > PL_REQUIRE)
+	if (!str_ok(h, P_CORE, h->workspace) || !str_ok(h, P_TEXT, h->source) || !str_ok(h, P_CORE, h->fetchers) ||
+	    !str_ok(h, P_CORE, h->interpreters) || !str_ok(h, P_CORE, h->carriers) || h->mode > PM_OFF ||
+	    h->landlock > PL_REQUIRE)
 		return -EINVAL;
 	memset(pol, 0, sizeof(*pol));
 	pol->b = h;
 	pol->n = n;
+	pol->parts = 1u << P_CORE;
 	pol_filters(pol);
 	return 0;
 }
@@ -234,10 +309,17 @@ enum plandlock policy_landlock(const struct policy *pol) { return (enum plandloc
 unsigned policy_rewind_on(const struct policy *pol) { return pol->b->rewind_on; }
 bool policy_net_record(const struct policy *pol) { return pol->b->net_record; }
 const char *policy_workspace(const struct policy *pol) { return pol_str(pol, pol->b->workspace); }
-const char *policy_source(const struct policy *pol) { return pol_str(pol, pol->b->source); }
+const char *policy_source(const struct policy *pol) { return pol_text(pol, pol->b->source); }
 bool policy_fetch_run(const struct policy *pol) { return pol->b->fetch_run; }
-bool policy_fetcher(const struct policy *pol, const char *name) { return pol->b->fetch_run && pol_is_fetcher(pol, name); }
-bool policy_carrier(const struct policy *pol, const char *name) { return pol->b->fetch_run && pol_is_carrier(pol, name); }
+bool policy_fetcher(const struct policy *pol, const char *name)
+{
+	return pol->b->fetch_run && pol_is_fetcher(pol, name);
+}
+
+bool policy_carrier(const struct policy *pol, const char *name)
+{
+	return pol->b->fetch_run && pol_is_carrier(pol, name);
+}
 
 enum popaque policy_opaque(const struct policy *pol, enum popaque_kind kind)
 {
@@ -277,7 +359,7 @@ bool policy_rewind_exempt(const struct policy *pol, char *const argv[])
 {
 	const char *why;
 
-	return argv && argv[0] && pol_rules_match(pol, PT_EXEMPT, NULL, argv, &why);
+	return argv && argv[0] && pol_part(pol, P_EXEC) && pol_rules_match(pol, PT_EXEMPT, NULL, argv, &why);
 }
 
 /* --- paths --------------------------------------------------------------------- */
@@ -305,8 +387,10 @@ static const struct pol_prefix *find_prefix(const struct policy *pol, int kind, 
 	return NULL;
 }
 
-/* The rule of the first prefix of KIND that is P or one of its ancestors. */
-static const char *prefix_rule(const struct policy *pol, int kind, const char *p, size_t n)
+/* The rule of the first prefix of KIND that is P or one of its ancestors
+ * (its text's offset in the entry, as all the *_rule below: a path's
+ * question reads no text unless the answer is a refusal). */
+static const uint32_t *prefix_rule(const struct policy *pol, int kind, const char *p, size_t n)
 {
 	const struct pol_prefix *e;
 
@@ -322,7 +406,7 @@ static const char *prefix_rule(const struct policy *pol, int kind, const char *p
 		h = pol_phash(h, (unsigned char)p[i]);
 		if ((i == 0 || i + 1 == n || p[i + 1] == '/') && pol_bit(bloom, h % POL_BLOOM_BITS) &&
 		    (e = find_prefix(pol, kind, p, i + 1)))
-			return pol_str(pol, e->rule);
+			return &e->rule;
 	}
 	return NULL;
 }
@@ -470,7 +554,7 @@ static bool glob_at(const struct policy *pol, const struct pol_glob *g, const ch
 
 /* Floating patterns are tried at each component whose first byte one of
  * them can start with; anchored ones once. */
-static const char *glob_rule(const struct policy *pol, int kind, const char *p, size_t len)
+static const uint32_t *glob_rule(const struct policy *pol, int kind, const char *p, size_t len)
 {
 	const struct pol_glob *t = POL_TAB(pol, PT_GLOB0 + kind, struct pol_glob);
 	const uint64_t *first = pol->b->firstbits[kind];
@@ -480,17 +564,17 @@ static const char *glob_rule(const struct policy *pol, int kind, const char *p, 
 		return NULL;
 	for (uint32_t i = 0; pol->anchored[kind] && i < n; i++)
 		if (t[i].anchored && glob_at(pol, &t[i], p))
-			return pol_str(pol, t[i].rule);
+			return &t[i].rule;
 	for (size_t j = next_comp(p, len, 0, first); j < len; j = next_comp(p, len, j, first))
 		for (uint32_t i = 0; i < n; i++)
 			if (!t[i].anchored && glob_at(pol, &t[i], p + j))
-				return pol_str(pol, t[i].rule);
+				return &t[i].rule;
 	return NULL;
 }
 
-static const char *path_rule(const struct policy *pol, int kind, const char *p, size_t n)
+static const uint32_t *path_rule(const struct policy *pol, int kind, const char *p, size_t n)
 {
-	const char *r = prefix_rule(pol, kind, p, n);
+	const uint32_t *r = prefix_rule(pol, kind, p, n);
 
 	return r ? r : glob_rule(pol, kind, p, n);
 }
@@ -514,9 +598,9 @@ HOT static bool hidden_glob_may(const struct policy *pol, const char *p, size_t 
 	return pol->hidden_nfirst && comp_starts_with(p, n, pol->hidden_firstc);
 }
 
-HOT static const char *hidden_rule(const struct policy *pol, const char *p, size_t n)
+HOT static const uint32_t *hidden_rule(const struct policy *pol, const char *p, size_t n)
 {
-	const char *r = NULL;
+	const uint32_t *r = NULL;
 	uint64_t w;
 
 	if (n < 8 || (memcpy(&w, p, 8), (w & pol->hidden_mask) == pol->hidden_head))
@@ -617,10 +701,10 @@ static bool device_ok(const char *abs, size_t n)
 static __attribute__((noinline)) enum pverdict write_verdict(const struct policy *pol, const char *abs, size_t n,
 							     mode_t type, const char **why)
 {
-	const char *r;
+	const uint32_t *r;
 
 	if ((r = path_rule(pol, PK_PROTECTED, abs, n))) {
-		*why = r;
+		*why = pol_text(pol, *r);
 		return PV_DENY;
 	}
 	if (!type && (under(abs, n, "/dev", 4) || under(abs, n, "/proc", 5))) {
@@ -633,11 +717,11 @@ static __attribute__((noinline)) enum pverdict write_verdict(const struct policy
 		return PV_DENY;
 	}
 	if ((r = path_rule(pol, PK_UNTRACKED, abs, n))) {
-		*why = r;
+		*why = pol_text_known(pol, *r);
 		return PV_UNTRACKED;
 	}
 	if ((r = path_rule(pol, PK_WRITABLE, abs, n))) {
-		*why = r;
+		*why = pol_text_known(pol, *r);
 		return PV_ALLOW;
 	}
 	if ((type == S_IFCHR || type == S_IFIFO || type == S_IFSOCK) &&
@@ -657,7 +741,7 @@ HOT enum pverdict policy_path_typed(const struct policy *pol, const char *abs, b
 				    const char **why)
 {
 	size_t n = strlen(abs);
-	const char *r;
+	const uint32_t *r;
 
 	*why = NULL;
 	if (pol->journal_len && under(abs, n, pol->journal, pol->journal_len)) {
@@ -665,7 +749,7 @@ HOT enum pverdict policy_path_typed(const struct policy *pol, const char *abs, b
 		return PV_DENY;
 	}
 	if ((r = hidden_rule(pol, abs, n))) {
-		*why = r;
+		*why = pol_text(pol, *r);
 		return PV_DENY;
 	}
 	return write ? write_verdict(pol, abs, n, type, why) : PV_ALLOW;
@@ -781,10 +865,18 @@ enum pverdict policy_connect(const struct policy *pol, const struct sockaddr *sa
 	*why = NULL;
 	if (!sa || !get_dest(sa, len, &d))
 		return PV_ALLOW;        /* AF_UNSPEC, netlink ...: not a destination */
+	if (!pol_part(pol, P_EXEC)) {
+		*why = policy_damaged;
+		return PV_DENY;
+	}
 	for (uint32_t i = 0; i < pol->b->tab[PT_NET].n; i++)
 		if (net_match(pol, &t[i], &d)) {
-			*why = pol_str(pol, t[i].rule);
-			return t[i].action == NA_DENY ? PV_DENY : PV_ALLOW;
+			if (t[i].action != NA_DENY) {
+				*why = pol_text_known(pol, t[i].rule);
+				return PV_ALLOW;
+			}
+			*why = pol_text(pol, t[i].rule);
+			return PV_DENY;
 		}
 	if (pol->b->net_default == ND_DENY || (pol->b->net_default == ND_LOOPBACK && !loopback(&d))) {
 		*why = pol->b->net_default == ND_DENY ? "[network] default = deny" :

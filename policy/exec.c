@@ -748,7 +748,7 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 
 		resolve(&pg, level ? NULL : file, argv[0], NULL, NULL);
 		if ((r = first_rule(pol, table, &pg, argv, argc, NULL))) {
-			*why = pol_str(pol, r->rule);
+			*why = pol_text(pol, r->rule);
 			return true;
 		}
 		w = find_wrapper(&pg, argv[0]);
@@ -829,7 +829,7 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 
 		resolve(&pg, level ? NULL : file, argv[0], path_value, level ? NULL : st);
 		if ((r = first_rule(pol, PT_DENY, &pg, argv, argc, in))) {
-			*why = pol_str(pol, r->rule);
+			*why = pol_text(pol, r->rule);
 			return PV_DENY;
 		}
 		if (is_shell(&pg) && (s = shell_string(argv, argc)) &&
@@ -892,6 +892,10 @@ enum pverdict policy_exec_stat(const struct policy *pol, const char *file, char 
 	*why = NULL;
 	if (!argv)
 		return PV_ALLOW;
+	if (!pol_part(pol, P_EXEC)) {
+		*why = policy_damaged;
+		return PV_DENY;
+	}
 	return exec_argv(pol, file, argv, path_value, 0, why, st, NULL);
 }
 

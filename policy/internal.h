@@ -1,12 +1,22 @@
 /*
  * internal.h - the compiled policy block, shared by the files of policy/.
  *
- * One block, little-endian as the host, position-independent: the header,
- * then arrays of fixed-size entries, then NUL-terminated strings. Every
+ * One block, little-endian as the host, position-independent, in three
+ * parts, each its NUL-terminated strings and then its arrays of fixed-size
+ * entries: the core (the header, the path rules), the exec and network
+ * rules, and the rules' texts (which only a refusal's message reads). Every
  * reference is an offset from the start of the block (0: none). The hash is
- * pol_blob_hash over the whole block with the hash field zero. policy_from_blob
- * checks every offset before the block is used, so the decision code can
- * trust it.
+ * pol_blob_hash over the core with the hash field zero; the header holds
+ * the other parts' hashes, so it stands for the whole block.
+ *
+ * Every process of a session maps the block and checks it before it trusts
+ * it, and on this hypervisor each page a process first touches costs it
+ * microseconds: policy_from_blob checks the core (the header, the path rules
+ * and the [fetch-and-run] program lists: two pages), the exec part is
+ * checked at the first exec or connect question and the texts at the first
+ * refusal (pol_part). A `cat` no longer reads 21 pages of rules
+ * it never asks. A damaged part answers every question as refused, with
+ * policy_damaged as the reason.
  */
 #ifndef FTSBX_POLICY_INTERNAL_H
 #define FTSBX_POLICY_INTERNAL_H
@@ -17,7 +27,7 @@
 #include "policy.h"
 
 #define POL_MAGIC       0x4c4f5046u     /* "FPOL" */
-#define POL_VERSION     4u      /* 3: !TOKEN in command rules; 4: carriers */
+#define POL_VERSION     5u      /* 3: !TOKEN in command rules; 4: carriers; 5: parts */
 
 /* The path tables: each is a sorted array of literal prefixes and an array
  * of glob patterns. */
@@ -47,6 +57,17 @@ struct pol_span {
 	uint32_t off, n;
 };
 
+/* The parts of the block, in this order. */
+enum { P_CORE, P_EXEC, P_TEXT, POL_PARTS };
+
+/* A part: its bytes and its string area (both offsets in the block), and
+ * its hash (the core's is pol_hdr.hash). */
+struct pol_part {
+	uint32_t off, size;
+	uint32_t str_off, str_len;
+	uint64_t hash;
+};
+
 struct pol_hdr {
 	uint32_t magic, version;
 	uint64_t size;
@@ -54,9 +75,11 @@ struct pol_hdr {
 	uint8_t mode, durability, landlock, signals;    /* signals: 1 = session only */
 	uint8_t opaque[PO_KINDS];
 	uint8_t net_default, net_record, fetch_run, rewind_on;
-	uint32_t workspace, source;                     /* strings */
-	uint32_t fetchers, interpreters, carriers, unused;      /* strings: "a|b|c" */
-	uint32_t str_off, str_len;                      /* the string area */
+	uint32_t workspace, source;                     /* strings: P_CORE, P_TEXT */
+	/* P_CORE strings "a|b|c" (the shim asks whether a program that reads
+	 * a file is a carrier at every open of a download) */
+	uint32_t fetchers, interpreters, carriers, unused;
+	struct pol_part part[POL_PARTS];
 	struct pol_span tab[PT_COUNT];
 	/* Filters that keep a path check to a few instructions: a bloom
 	 * filter of the literal prefixes of each kind (one bit per prefix,
@@ -125,6 +148,12 @@ struct pol_net {
 
 enum { ND_ALLOW, ND_DENY, ND_LOOPBACK };
 
+/* The part each array is in. */
+static const uint8_t pol_tpart[PT_COUNT] = {
+	[PT_PREFIX0 ... PT_GLOB0 + PK_COUNT - 1] = P_CORE,
+	[PT_DENY ... PT_NET] = P_EXEC,
+};
+
 /* The size of one entry of each array. */
 static const size_t pol_esize[PT_COUNT] = {
 	[PT_PREFIX0 ... PT_PREFIX0 + PK_COUNT - 1] = sizeof(struct pol_prefix),
@@ -155,11 +184,33 @@ static inline const char *pol_str(const struct policy *pol, uint32_t off)
 
 #define POL_TAB(pol, t, type) ((const type *)pol_at(pol, (pol)->b->tab[t].off))
 
+/* Part PART of the block checked (its hash, strings and entries), once per
+ * process: false when it is damaged. The core is checked by
+ * policy_from_blob; a policy compiled here has every part checked. */
+bool pol_part(const struct policy *pol, int part);
+
+/* The text of the rule at OFF (P_TEXT), or policy_damaged. */
+static inline const char *pol_text(const struct policy *pol, uint32_t off)
+{
+	return pol_part(pol, P_TEXT) ? pol_str(pol, off) : policy_damaged;
+}
+
+/* The same where the text only tells which rule allowed a call: a policy
+ * compiled in this process has it (ftsbx explain); a mapped one reads no
+ * page of the texts for it (the shim reads the reason of a refusal only). */
+static inline const char *pol_text_known(const struct policy *pol, uint32_t off)
+{
+	return __atomic_load_n(&pol->parts, __ATOMIC_ACQUIRE) & 1u << P_TEXT ? pol_str(pol, off)
+									      : "a rule of the policy";
+}
+
 /* Work out the filters of struct policy for its block (decide.c). */
 void pol_filters(struct policy *pol);
 
-/* The hash of the block at P, N bytes, with its hash field as zero (decide.c). */
+/* The hash of the N bytes at P (decide.c): of the core, whose hash field
+ * counts as zero, and of another part. */
 uint64_t pol_blob_hash(const void *p, size_t n);
+uint64_t pol_part_hash(const void *p, size_t n);
 
 /* glob.c: '*', '?', '[...]' ('!' or '^' negates). SLASH: a wildcard does
  * not match '/'. N: the length of S. */

@@ -8,8 +8,10 @@
  * checks section headers, which inih never reports when a section has no
  * keys. The first error stops the parse and is reported as FILE:LINE: WHAT.
  *
- * The block is laid out as header, strings, arrays: string offsets are
- * known the moment a string is added, arrays are copied in at the end.
+ * The block is laid out in parts (internal.h), each its strings and then
+ * its arrays. A string added gets a provisional offset, its part in the top
+ * bits (part_tag); finish() lays the parts out and puts every reference to a
+ * string where it landed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +38,7 @@ struct build {
 	int line, err_line;
 	char err[512];
 	struct pol_hdr h;
-	struct vec str, tab[PT_COUNT];
+	struct vec str[POL_PARTS], tab[PT_COUNT];
 	struct vec fetchers, interpreters, carriers;    /* "a|b|c" being built */
 	char workspace[PATH_MAX];
 	char file_buf[PATH_MAX];        /* the file an error is in, if a base */
@@ -75,19 +77,33 @@ static int fail(struct build *b, const char *fmt, ...)
 	return 0;                       /* inih: stop */
 }
 
-/* Add a string; its offset in the block (0 only on failure). */
-static uint32_t add_str(struct build *b, const char *s, size_t n)
-{
-	uint32_t off = (uint32_t)(sizeof(struct pol_hdr) + b->str.len);
+/* A string's provisional offset: the part in the top bits, and one more
+ * than its place in the part's strings (0 stays "none"). */
+#define PART_SHIFT 28
+#define PART_MAX   (1u << PART_SHIFT)
 
-	if (vec_add(&b->str, s, n) || vec_add(&b->str, "", 1))
+/* Add a string to PART; its provisional offset (0 only on failure). */
+static uint32_t add_str(struct build *b, int part, const char *s, size_t n)
+{
+	struct vec *v = &b->str[part];
+	uint32_t off = (uint32_t)part << PART_SHIFT | (uint32_t)(v->len + 1);
+
+	if (v->len + n + 1 >= PART_MAX - 8)
+		return fail(b, "policy too large");
+	if (vec_add(v, s, n) || vec_add(v, "", 1))
 		return fail(b, "out of memory");
 	return off;
 }
 
-static uint32_t add_cstr(struct build *b, const char *s)
+static uint32_t add_cstr(struct build *b, int part, const char *s)
 {
-	return add_str(b, s, strlen(s));
+	return add_str(b, part, s, strlen(s));
+}
+
+/* The string at provisional offset OFF, while building. */
+static const char *bstr(const struct build *b, uint32_t off)
+{
+	return b->str[off >> PART_SHIFT].p + (off & (PART_MAX - 1)) - 1;
 }
 
 /* S appended to T (of N bytes) at AT, cut where T ends as snprintf would:
@@ -118,7 +134,7 @@ static uint32_t add_rule(struct build *b, const char *section, const char *key, 
 	n = cat(t, sizeof(t), n, key);
 	n = cat(t, sizeof(t), n, " = ");
 	cat(t, sizeof(t), n, value);
-	return add_cstr(b, t);
+	return add_cstr(b, P_TEXT, t);
 }
 
 static int add_entry(struct build *b, int table, const void *e, size_t n)
@@ -266,7 +282,7 @@ static int bad_pattern(struct build *b, const char *v)
 
 static int add_prefix(struct build *b, int kind, const char *path, uint32_t rule)
 {
-	struct pol_prefix e = { add_cstr(b, path), (uint32_t)strlen(path), rule };
+	struct pol_prefix e = { add_cstr(b, P_CORE, path), (uint32_t)strlen(path), rule };
 
 	return add_entry(b, PT_PREFIX0 + kind, &e, sizeof(e));
 }
@@ -317,7 +333,7 @@ static int add_path(struct build *b, int kind, const char *key, const char *valu
 			r = add_prefix(b, kind, real, rule);
 		return r;
 	}
-	struct pol_glob g = { .pat = add_cstr(b, p), .rule = rule, .anchored = p[0] == '/' };
+	struct pol_glob g = { .pat = add_cstr(b, P_CORE, p), .rule = rule, .anchored = p[0] == '/' };
 	g.ncomp = 1;
 	for (const char *c = p + g.anchored; *c; c++)
 		g.ncomp += *c == '/';
@@ -343,7 +359,7 @@ static int add_erule(struct build *b, int table, const char *section, const char
 		if (!r.prog) {
 			if (t[0] == '!')
 				return fail(b, "a program cannot be negated: '%s' in %s", t, key);
-			r.prog = add_cstr(b, t);
+			r.prog = add_cstr(b, P_EXEC, t);
 			continue;
 		}
 		/* !TOKEN: the rule matches only where TOKEN does not; kept as
@@ -366,7 +382,7 @@ static int add_erule(struct build *b, int table, const char *section, const char
 				t--;
 			else
 				t += t[0] == '=';
-			e.pat = add_cstr(b, t);
+			e.pat = add_cstr(b, P_EXEC, t);
 			if (add_entry(b, PT_TOKEN, &e, sizeof(e)) <= 0)
 				return 0;
 			r.ntok++;
@@ -379,7 +395,7 @@ static int add_erule(struct build *b, int table, const char *section, const char
 		if (!alts && t[1] != '-' && t[1] && t[2]) {
 			for (const char *c = t + 1; *c; c++) {
 				char one[3] = { '-', *c, 0 };
-				struct pol_etok e = { ET_FLAG, add_str(b, one, 2) };
+				struct pol_etok e = { ET_FLAG, add_str(b, P_EXEC, one, 2) };
 				if (add_entry(b, PT_TOKEN, &e, sizeof(e)) <= 0)
 					return 0;
 				r.ntok++;
@@ -391,14 +407,14 @@ static int add_erule(struct build *b, int table, const char *section, const char
 			if (a[0] != '-' || n < 2 || (a[1] != '-' && n != 2))
 				return fail(b, "bad flag '%.*s' in '%s' (write -x or --long)", (int)n, a, t);
 		}
-		struct pol_etok e = { ET_FLAG, add_cstr(b, neg ? t - 1 : t) };
+		struct pol_etok e = { ET_FLAG, add_cstr(b, P_EXEC, neg ? t - 1 : t) };
 		if (add_entry(b, PT_TOKEN, &e, sizeof(e)) <= 0)
 			return 0;
 		r.ntok++;
 	}
 	if (!r.prog)
 		return fail(b, "empty command rule %s", key);
-	pol_alt_firsts(b->str.p + r.prog - sizeof(struct pol_hdr), r.first, &r.anyfirst);
+	pol_alt_firsts(bstr(b, r.prog), r.first, &r.anyfirst);
 	return add_entry(b, table, &r, sizeof(r));
 }
 
@@ -422,7 +438,7 @@ static int parse_addr(struct build *b, const char *value, struct pol_net *n)
 		if (!a[5] || bad_pattern(b, a + 5))
 			return fail(b, "bad unix socket pattern '%s'", a), -1;
 		n->family = NF_UNIX;
-		n->path = add_cstr(b, a + 5);
+		n->path = add_cstr(b, P_EXEC, a + 5);
 		return 0;
 	}
 	if (!strcmp(a, "*")) {          /* every inet and inet6 address */
@@ -714,9 +730,9 @@ static int parse_base(struct build *b, const char *value)
 static int cmp_prefix(const void *x, const void *y, void *arg)
 {
 	const struct pol_prefix *a = x, *c = y;
-	const char *base = (const char *)arg - sizeof(struct pol_hdr);
+	const struct build *b = arg;
 
-	return strcmp(base + a->path, base + c->path);
+	return strcmp(bstr(b, a->path), bstr(b, c->path));
 }
 
 static void filters(struct build *b)
@@ -725,7 +741,7 @@ static void filters(struct build *b)
 		const struct vec *v = &b->tab[PT_PREFIX0 + k], *g = &b->tab[PT_GLOB0 + k];
 		for (size_t i = 0; i < v->len / sizeof(struct pol_prefix); i++) {
 			const struct pol_prefix *e = (const struct pol_prefix *)v->p + i;
-			const char *path = b->str.p + e->path - sizeof(struct pol_hdr);
+			const char *path = bstr(b, e->path);
 			uint32_t h = POL_PHASH0;
 			for (size_t c = 0; c < e->len; c++)
 				h = pol_phash(h, (unsigned char)path[c]);
@@ -733,7 +749,7 @@ static void filters(struct build *b)
 		}
 		for (size_t i = 0; i < g->len / sizeof(struct pol_glob); i++) {
 			const struct pol_glob *e = (const struct pol_glob *)g->p + i;
-			const char *pat = b->str.p + e->pat - sizeof(struct pol_hdr);
+			const char *pat = bstr(b, e->pat);
 			if (e->anchored)
 				continue;
 			if (e->litlen)
@@ -754,43 +770,93 @@ static void defaults(struct build *b)
 		char p[PATH_MAX];
 		COPY(p, roots[i]);
 		normalise(p);
-		add_prefix(b, PK_WRITABLE, p, add_cstr(b, "built-in: the workspace and the temporary directories"));
+		add_prefix(b, PK_WRITABLE, p, add_cstr(b, P_TEXT, "built-in: the workspace and the temporary directories"));
 	}
+}
+
+/* Where the string at provisional offset OFF landed in the block. */
+static uint32_t place(const struct build *b, uint32_t off)
+{
+	return off ? b->h.part[off >> PART_SHIFT].str_off + (off & (PART_MAX - 1)) - 1 : 0;
+}
+
+/* Every reference to a string put where the string landed. */
+static void place_all(struct build *b)
+{
+	for (int t = 0; t < PT_COUNT; t++) {
+		char *e = b->tab[t].p;
+		for (size_t i = 0; i < b->tab[t].len / pol_esize[t]; i++, e += pol_esize[t]) {
+			if (t < PT_GLOB0) {
+				struct pol_prefix *x = (void *)e;
+				x->path = place(b, x->path);
+				x->rule = place(b, x->rule);
+			} else if (t < PT_DENY) {
+				struct pol_glob *x = (void *)e;
+				x->pat = place(b, x->pat);
+				x->rule = place(b, x->rule);
+			} else if (t <= PT_EXEMPT) {
+				struct pol_erule *x = (void *)e;
+				x->prog = place(b, x->prog);
+				x->rule = place(b, x->rule);
+			} else if (t == PT_TOKEN) {
+				struct pol_etok *x = (void *)e;
+				x->pat = place(b, x->pat);
+			} else {
+				struct pol_net *x = (void *)e;
+				x->path = place(b, x->path);
+				x->rule = place(b, x->rule);
+			}
+		}
+	}
+	uint32_t *hs[] = { &b->h.workspace, &b->h.source, &b->h.fetchers, &b->h.interpreters, &b->h.carriers };
+	for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
+		*hs[i] = place(b, *hs[i]);
 }
 
 static int finish(struct build *b, struct policy **out)
 {
 	static const char zero[8];
-	size_t strings, size;
+	size_t size = sizeof(struct pol_hdr);
 
+	_Static_assert(sizeof(struct pol_hdr) % 8 == 0, "the core's strings start on a word");
 	if (!b->have_writable)
 		defaults(b);
-	b->h.fetchers = b->fetchers.len ? add_str(b, b->fetchers.p, b->fetchers.len) : 0;
-	b->h.interpreters = b->interpreters.len ? add_str(b, b->interpreters.p, b->interpreters.len) : 0;
-	b->h.carriers = b->carriers.len ? add_str(b, b->carriers.p, b->carriers.len) : 0;
-	b->h.workspace = add_cstr(b, b->workspace);
-	b->h.source = add_cstr(b, b->file);
-	if (b->err_line >= 0 || vec_add(&b->str, zero, 8 - b->str.len % 8))
+	b->h.fetchers = b->fetchers.len ? add_str(b, P_CORE, b->fetchers.p, b->fetchers.len) : 0;
+	b->h.interpreters = b->interpreters.len ? add_str(b, P_CORE, b->interpreters.p, b->interpreters.len) : 0;
+	b->h.carriers = b->carriers.len ? add_str(b, P_CORE, b->carriers.p, b->carriers.len) : 0;
+	b->h.workspace = add_cstr(b, P_CORE, b->workspace);
+	b->h.source = add_cstr(b, P_TEXT, b->file);
+	for (int p = 0; p < POL_PARTS; p++)
+		if (vec_add(&b->str[p], zero, 8 - b->str[p].len % 8))
+			fail(b, "out of memory");
+	if (b->err_line >= 0)
 		return -1;
-	strings = b->str.len;
-	b->h.str_off = sizeof(struct pol_hdr);
-	b->h.str_len = (uint32_t)strings;
-	size = sizeof(struct pol_hdr) + strings;
 	for (int k = 0; k < PK_COUNT; k++) {
 		struct vec *v = &b->tab[PT_PREFIX0 + k];
 		if (v->len)
-			qsort_r(v->p, v->len / sizeof(struct pol_prefix), sizeof(struct pol_prefix), cmp_prefix,
-				b->str.p);
+			qsort_r(v->p, v->len / sizeof(struct pol_prefix), sizeof(struct pol_prefix), cmp_prefix, b);
 	}
 	filters(b);
-	for (int t = 0; t < PT_COUNT; t++) {
-		b->h.tab[t].off = (uint32_t)size;
-		size += b->tab[t].len;
+
+	/* each part: its strings, its arrays, up to the next word */
+	for (int p = 0; p < POL_PARTS; p++) {
+		struct pol_part *q = &b->h.part[p];
+		q->off = p == P_CORE ? 0 : (uint32_t)size;
+		q->str_off = (uint32_t)size;
+		q->str_len = (uint32_t)b->str[p].len;
+		size += b->str[p].len;
+		for (int t = 0; t < PT_COUNT; t++)
+			if (pol_tpart[t] == p) {
+				b->h.tab[t].off = (uint32_t)size;
+				b->h.tab[t].n = (uint32_t)(b->tab[t].len / pol_esize[t]);
+				size += b->tab[t].len;
+			}
+		size = (size + 7) & ~(size_t)7;
+		if (size > UINT32_MAX)
+			return fail(b, "policy too large"), -1;
+		q->size = (uint32_t)size - q->off;
 	}
-	for (int t = 0; t < PT_COUNT; t++)
-		b->h.tab[t].n = (uint32_t)(b->tab[t].len / pol_esize[t]);
-	if (size > UINT32_MAX)
-		return fail(b, "policy too large"), -1;
+	place_all(b);
 	b->h.magic = POL_MAGIC;
 	b->h.version = POL_VERSION;
 	b->h.size = size;
@@ -802,15 +868,19 @@ static int finish(struct build *b, struct policy **out)
 		free(blk);
 		return fail(b, "out of memory"), -1;
 	}
-	memcpy(blk, &b->h, sizeof(b->h));
-	memcpy(blk + sizeof(b->h), b->str.p, strings);
+	for (int p = 0; p < POL_PARTS; p++)
+		memcpy(blk + b->h.part[p].str_off, b->str[p].p, b->str[p].len);
 	for (int t = 0; t < PT_COUNT; t++)
 		if (b->tab[t].len)
 			memcpy(blk + b->h.tab[t].off, b->tab[t].p, b->tab[t].len);
-	((struct pol_hdr *)blk)->hash = pol_blob_hash(blk, size);
+	for (int p = P_CORE + 1; p < POL_PARTS; p++)
+		b->h.part[p].hash = pol_part_hash(blk + b->h.part[p].off, b->h.part[p].size);
+	memcpy(blk, &b->h, sizeof(b->h));
+	((struct pol_hdr *)blk)->hash = pol_blob_hash(blk, b->h.part[P_CORE].size);
 	pol->b = (const struct pol_hdr *)blk;
 	pol->n = size;
 	pol->owned = blk;
+	pol->parts = (1u << POL_PARTS) - 1;     /* made here: nothing to check */
 	pol_filters(pol);
 	*out = pol;
 	return 0;
@@ -838,7 +908,8 @@ static void init_build(struct build *b, const char *file)
 
 static void done_build(struct build *b)
 {
-	free(b->str.p);
+	for (int p = 0; p < POL_PARTS; p++)
+		free(b->str[p].p);
 	free(b->fetchers.p);
 	free(b->interpreters.p);
 	free(b->carriers.p);

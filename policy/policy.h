@@ -84,7 +84,14 @@ struct policy {
 	 * are compared with each, 16 at a time); HIDDEN_NFIRST 255: more. */
 	unsigned char hidden_firstc[4];
 	unsigned char hidden_nfirst;
+	/* The parts of the block checked (bit P) and found damaged (bit
+	 * 8 + P) so far (internal.h: pol_part), updated atomically. */
+	uint32_t parts;
 };
+
+/* The reason a question gets when the part of the block it needs is
+ * damaged (the answer is a refusal): compare the pointer. */
+extern const char policy_damaged[];
 
 /* Load FILE (NULL: the built-in default, policies/default.ini). 0, or -1 with
  * "FILE:LINE: what is wrong" (or "FILE: why" for an unreadable file) in ERR.
@@ -98,9 +105,13 @@ void policy_free(struct policy *pol);
 /* The compiled block, to be written out as is. */
 void policy_blob(const struct policy *pol, const void **p, size_t *n);
 /* Use a block of N bytes at P (mapped; it must stay mapped) as the policy
- * POL. Checks magic, version, size, hash and every offset: 0 or -EINVAL.
- * No allocation. */
+ * POL. Checks magic, version, size, and the core's hash and offsets: 0 or
+ * -EINVAL. The other parts are checked when first needed: a question whose
+ * part is damaged is refused with policy_damaged as the reason. No
+ * allocation. */
 int policy_from_blob(struct policy *pol, const void *p, size_t n);
+/* Every part of POL's block checked: false when one is damaged. */
+bool policy_intact(const struct policy *pol);
 uint64_t policy_hash(const struct policy *pol);
 /* DIR must stay valid as long as POL is used. */
 void policy_set_journal(struct policy *pol, const char *dir);
@@ -139,6 +150,9 @@ bool policy_root_entry_outside(const struct policy *pol, const char *abs);
  *
  * TYPE is the file type (st_mode & S_IFMT) if the caller knows it, 0 if not;
  * policy_path passes 0 and then stats only paths under /dev and /proc.
+ * *WHY: the reason of a refusal; for an allowed or untracked write, the
+ * rule's text where the block's texts were read already (always in a
+ * policy compiled in this process), else "a rule of the policy".
  */
 enum pverdict policy_path_typed(const struct policy *pol, const char *abs, bool write, mode_t type,
 				const char **why);

@@ -1183,6 +1183,8 @@ int policy_stream_role(const struct policy *pol, const char *file, char *const a
 	bool shell;
 
 	*fd = -1;
+	if (!pol_part(pol, P_EXEC))
+		return PS_NONE;         /* (its exec is refused: policy_exec) */
 	if (!run_program(pol, file, argv, &av, &ac, &name))
 		return PS_NONE;
 	if (pol_is_fetcher(pol, name)) {
@@ -1222,6 +1224,9 @@ const char *policy_script_of(const struct policy *pol, const char *file, char *c
 	char *const *av;
 	int ac, at = -1;
 	bool shell;
+
+	if (!pol_part(pol, P_EXEC))
+		return NULL;            /* (its exec is refused: policy_exec) */
 
 	if (!run_program(pol, file, argv, &av, &ac, &name) || !pol_is_interpreter(pol, name))
 		return NULL;

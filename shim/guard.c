@@ -8,10 +8,13 @@
  * every process below it maps that block (an open and an mmap) instead of
  * parsing the INI again. The mapping is made at start, with the process's
  * environment, credentials and descriptors as they were when it began; the
- * block is checked (policy_from_blob: its hash and every offset) at the
- * first question to the policy, or the first record, which needs the
+ * block's core is checked (policy_from_blob: its hash and every offset) at
+ * the first question to the policy, or the first record, which needs the
  * durability: a process that asks nothing (true, echo, expr) never pays
- * the check and the reading of the block's pages, about 7 us. A malformed
+ * the check and the reading of the block's pages. Its exec rules are
+ * checked at the first exec, its rules' texts at the first refusal
+ * (policy/internal.h): a part found damaged then stops the process as the
+ * core does (refuse: policy_damaged). A malformed
  * policy stops the first process at start with "FILE:LINE: what is wrong",
  * a damaged block a later process at its first question, before the call
  * it is about: fail closed, never run unprotected.
@@ -382,6 +385,8 @@ HIDDEN bool guard_audit(void)
  * else ERR. */
 static int refuse(const char *op, const char *p, const char *p2, char *const *argv, const char *why, int err)
 {
+	if (why == policy_damaged)      /* a part of the block checked at its first use */
+		fail_closed(policy_damaged);
 	shim_refuse(op, p, p2, argv, why, err);
 	return mode == PM_AUDIT ? 0 : err;
 }

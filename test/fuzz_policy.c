@@ -43,12 +43,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		policy_blob(pol, &p, &n);
 		void *copy = aligned_alloc(8, (n + 7) & ~(size_t)7);
 		memcpy(copy, p, n);
-		if (policy_from_blob(&mapped, copy, n) || !policy_from_blob(&mapped, copy, n - 8))
+		if (policy_from_blob(&mapped, copy, n) || !policy_intact(&mapped) ||
+		    !policy_from_blob(&mapped, copy, n - 8))
 			abort();
 		/* a bit flipped anywhere (where the input says) is refused */
 		size_t off = size ? ((size_t)data[0] << 8 | data[size - 1]) * 131 % n : 0;
 		((unsigned char *)copy)[off] ^= (unsigned char)(1u << (size % 8));
-		if (!policy_from_blob(&mapped, copy, n))
+		if (!policy_from_blob(&mapped, copy, n) && policy_intact(&mapped))
 			abort();
 		((unsigned char *)copy)[off] ^= (unsigned char)(1u << (size % 8));
 		policy_from_blob(&mapped, copy, n);

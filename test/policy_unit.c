@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 #include "../policy/policy.h"
+#include "../policy/internal.h"
 
 static char dir[] = "/tmp/ftsbx-policy-unit-XXXXXX";
 static char file[PATH_MAX];
@@ -1016,6 +1017,15 @@ static void test_builtin_default(void **state)
 	policy_free(pol);
 }
 
+/* The block at COPY (N bytes) found damaged: at once (the core), or by
+ * the check of a part at its first use. */
+static bool damage_seen(void *copy, size_t n)
+{
+	struct policy m;
+
+	return policy_from_blob(&m, copy, n) == -EINVAL || !policy_intact(&m);
+}
+
 static void test_blob_round_trip_and_damage(void **state)
 {
 	struct policy *pol, mapped;
@@ -1042,7 +1052,7 @@ static void test_blob_round_trip_and_damage(void **state)
 	for (size_t off = 0; off < n; off++) {
 		unsigned char bit = (unsigned char)(1u << off % 8);
 		((unsigned char *)copy)[off] ^= bit;
-		if (policy_from_blob(&mapped, copy, n) != -EINVAL)
+		if (!damage_seen(copy, n))
 			fail_msg("a flip of bit %u at %zu of %zu went unseen", (unsigned)off % 8, off, n);
 		((unsigned char *)copy)[off] ^= bit;
 	}
@@ -1053,7 +1063,7 @@ static void test_blob_round_trip_and_damage(void **state)
 		uint64_t a, z;
 		b[7] ^= 0x80;
 		b[39] ^= 0x80;
-		assert_int_equal(policy_from_blob(&mapped, copy, n), -EINVAL);
+		assert_true(damage_seen(copy, n));
 		b[7] ^= 0x80;
 		b[39] ^= 0x80;
 		for (size_t d = 8; d <= 32; d += 24) {
@@ -1063,13 +1073,79 @@ static void test_blob_round_trip_and_damage(void **state)
 				continue;
 			memcpy(b, &z, 8);
 			memcpy(b + d, &a, 8);
-			assert_int_equal(policy_from_blob(&mapped, copy, n), -EINVAL);
+			assert_true(damage_seen(copy, n));
 			memcpy(b, &a, 8);
 			memcpy(b + d, &z, 8);
 		}
 	}
 	assert_int_equal(policy_from_blob(&mapped, copy, n), 0);
+	assert_true(policy_intact(&mapped));
 	assert_int_equal(policy_from_blob(&mapped, (char *)copy + 1, n), -EINVAL);    /* misaligned */
+	free(copy);
+	policy_free(pol);
+}
+
+/* The parts of a mapped block are checked when first needed: the core (the
+ * path rules) at once, the exec and network rules at the first exec or
+ * connect question, the rules' texts at the first refusal. A damaged part
+ * answers every question that needs it as refused, for policy_damaged, and
+ * an allowed write does not read the texts. */
+static void test_blob_parts_checked_when_needed(void **state)
+{
+	const struct pol_hdr *h;
+	struct policy *pol, m;
+	const char *why;
+	const void *p;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(policy_load(&pol, NULL, err, sizeof(err)), 0);
+	policy_blob(pol, &p, &n);
+	unsigned char *copy = malloc(n);
+	memcpy(copy, p, n);
+	h = (const struct pol_hdr *)(const void *)copy;
+	assert_true(h->part[P_CORE].size < 3 * 4096);   /* what a process that only reads checks */
+	assert_int_equal(h->part[P_CORE].off, 0);
+	assert_int_equal(h->part[P_EXEC].off, h->part[P_CORE].size);
+	assert_int_equal(h->part[P_TEXT].off + h->part[P_TEXT].size, n);
+
+	/* the exec part damaged: paths as before, every exec and connect refused */
+	copy[h->part[P_EXEC].off + h->part[P_EXEC].size / 2] ^= 4;
+	assert_int_equal(policy_from_blob(&m, copy, n), 0);
+	assert_int_equal(policy_path(&m, "/home/u/.aws/credentials", false, &why), PV_DENY);
+	assert_string_not_equal(why, policy_damaged);
+	assert_int_equal(policy_path(&m, "/w/ws/f", false, &why), PV_ALLOW);
+	char *ls[] = { "ls", NULL };
+	assert_int_equal(policy_exec(&m, "/bin/ls", ls, "/bin", &why), PV_DENY);
+	assert_ptr_equal(why, policy_damaged);
+	assert_int_equal(policy_exec(&m, "/bin/ls", ls, "/bin", &why), PV_DENY);       /* remembered */
+	assert_ptr_equal(why, policy_damaged);
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(80) };
+	assert_int_equal(policy_connect(&m, (struct sockaddr *)&sin, sizeof(sin), &why), PV_DENY);
+	assert_ptr_equal(why, policy_damaged);
+	assert_true(policy_fetcher(&m, "curl"));        /* the lists are in the core */
+	assert_false(policy_intact(&m));
+	copy[h->part[P_EXEC].off + h->part[P_EXEC].size / 2] ^= 4;
+
+	/* the texts damaged: allowed questions answered, a refusal's reason
+	 * is policy_damaged */
+	copy[n - 1] ^= 1;
+	assert_int_equal(policy_from_blob(&m, copy, n), 0);
+	assert_int_equal(policy_exec(&m, "/bin/ls", ls, "/bin", &why), PV_ALLOW);
+	assert_int_equal(policy_path(&m, "/w/ws/f", false, &why), PV_ALLOW);
+	assert_int_equal(m.parts & 1u << P_TEXT, 0);    /* not read for those */
+	assert_int_equal(policy_path(&m, "/home/u/.aws/credentials", false, &why), PV_DENY);
+	assert_ptr_equal(why, policy_damaged);
+	char *reboot[] = { "reboot", NULL };
+	assert_int_equal(policy_exec(&m, "/sbin/reboot", reboot, "/sbin", &why), PV_DENY);
+	assert_ptr_equal(why, policy_damaged);
+	copy[n - 1] ^= 1;
+
+	/* intact: the reasons are the rules' texts */
+	assert_int_equal(policy_from_blob(&m, copy, n), 0);
+	assert_int_equal(policy_exec(&m, "/sbin/reboot", reboot, "/sbin", &why), PV_DENY);
+	assert_non_null(strstr(why, "[commands]"));
+	assert_true(policy_intact(&m));
 	free(copy);
 	policy_free(pol);
 }
@@ -1385,6 +1461,7 @@ int main(void)
 		cmocka_unit_test(test_key_base),
 		cmocka_unit_test(test_builtin_default),
 		cmocka_unit_test(test_blob_round_trip_and_damage),
+		cmocka_unit_test(test_blob_parts_checked_when_needed),
 		cmocka_unit_test(test_exec_rule_filters),
 		cmocka_unit_test(test_shipped_policies_load),
 		cmocka_unit_test(test_read_filters_against_reference),

@@ -2,14 +2,15 @@
 
 The session's root compiles its policy once and leaves the block in the
 session (in SESSION/shared, or SESSION/policy-ROOTPID for a second root of
-the same session); every later process maps it at
-its first question to the policy (here: cat's open of a file) and checks it
-(magic, version, size, hash, every offset) before it trusts it. A block
-that was cut short, lengthened or changed in any byte stops the process
-there, before the call it was asked about ("the session's compiled policy
-is damaged", exit 126): fail closed, never run with a policy nobody wrote.
-The intact block, and the same block again after the damage is undone, run
-as usual.
+the same session); every later process maps it and checks each of its
+three parts (magic, version, size, hash, every offset) before it trusts
+it: the core (the path rules) at its first question to the policy (here:
+cat's open of a file), the exec and network rules at its first exec or
+connect, the rules' texts at its first refusal. A block that was cut short,
+lengthened or changed in any byte stops the process there, before the call
+it was asked about ("the session's compiled policy is damaged", exit 126):
+fail closed, never run with a policy nobody wrote. The intact block, and
+the same block again after the damage is undone, run as usual.
 """
 import os
 import shutil
@@ -81,6 +82,20 @@ def start(child, cwd):
     return subprocess.run(["/bin/cat", "note"], env=child, cwd=cwd, capture_output=True, text=True, timeout=30)
 
 
+def start_all_parts(child, cwd):
+    """A shell that execs cat (the exec rules), whose first open is refused
+    (the texts, for the reason) before it reads the note (the core)."""
+    (cwd / "note").write_text("started\n")
+    (cwd / ".ssh").mkdir(exist_ok=True)
+    (cwd / ".ssh" / "id_rsa").write_text("secret\n")
+    return subprocess.run(["/bin/sh", "-c", "cat .ssh/id_rsa note"], env=child, cwd=cwd, capture_output=True,
+                          text=True, timeout=30)
+
+
+def ran_all_parts(r):
+    return r.returncode == 1 and r.stdout == "started\n" and "[paths] hidden" in r.stderr
+
+
 def refused(r):
     return r.returncode == 126 and "compiled policy is damaged" in r.stderr and not r.stdout
 
@@ -107,6 +122,8 @@ def test_a_compiled_policy_cut_short_or_lengthened_stops_the_process(session):
 def test_a_compiled_policy_with_any_byte_changed_stops_the_process(session):
     blob, child, cwd = session
     good = blob.read_bytes()
+    r = start_all_parts(child, cwd)
+    assert ran_all_parts(r), (r.returncode, r.stdout, r.stderr)
     # the header (magic, version, size, hash, the tables), the filters, the
     # strings and the entries: offsets spread over the whole block
     offsets = sorted(set(list(range(0, 64, 3)) + list(range(64, len(good), len(good) // 40 + 1)) +
@@ -115,10 +132,33 @@ def test_a_compiled_policy_with_any_byte_changed_stops_the_process(session):
         bad = bytearray(good)
         bad[off] ^= 1 << (off % 8)
         blob.write_bytes(bytes(bad))
-        r = start(child, cwd)
+        r = start_all_parts(child, cwd)
         assert refused(r), (off, r.returncode, r.stderr)
     blob.write_bytes(good)
+    assert ran_all_parts(start_all_parts(child, cwd))
     assert start(child, cwd).returncode == 0
+
+
+def test_a_process_checks_only_the_parts_of_the_compiled_policy_it_needs(session):
+    """A cat of a file reads the core only: damage in the exec rules or the
+    texts stops the first process that needs them, not one that does not."""
+    blob, child, cwd = session
+    good = blob.read_bytes()
+    # struct pol_hdr: 64 bytes of fixed fields, then part[0] {off, size,
+    # str_off, str_len, hash}, part[1] {off, ...}: the exec part starts
+    # where the core ends
+    core, exec_off = struct.unpack_from("<I", good, 68)[0], struct.unpack_from("<I", good, 88)[0]
+    assert core == exec_off, (core, exec_off)
+    assert 0 < core < len(good) // 4, core
+    for off in (core + 8, len(good) - 1):
+        bad = bytearray(good)
+        bad[off] ^= 0x10
+        blob.write_bytes(bytes(bad))
+        r = start(child, cwd)
+        assert r.returncode == 0 and r.stdout == "started\n", (off, r.stderr)
+        assert refused(start_all_parts(child, cwd)), off
+    blob.write_bytes(good)
+
 
 
 def test_a_session_without_its_compiled_policy_loads_the_policy_itself(tmp_path):
