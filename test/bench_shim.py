@@ -49,14 +49,23 @@ def micro_row(name, plain, shim, unit, k, extra=""):
         f"  (best rounds {best:4.2f}){extra}")
 
 
+def pin():
+    """benchcalls and its children on one CPU, the same for both sides: on
+    two CPUs the scheduler moved a spawned child to the other one in some
+    rounds and not in others (exec's ratio moved by 0.1 between runs;
+    pinned, by half that)."""
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 def alternate(op, n, target, env_of):
     """OP N times per round, natively and under the shim (ENV_OF(round)),
     in MICRO_ROUNDS alternating rounds: the two lists of ns per call."""
     plain, shim = [], []
     for r in range(MICRO_ROUNDS):
-        out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True)
+        out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True, preexec_fn=pin)
         plain.append(float(out.stdout))
-        out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True, env=env_of(r))
+        out = subprocess.run([CALLS, op, str(n), target], stdout=subprocess.PIPE, check=True, env=env_of(r),
+                             preexec_fn=pin)
         shim.append(float(out.stdout))
     return plain, shim
 
