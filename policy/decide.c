@@ -357,9 +357,7 @@ bool policy_signals_session(const struct policy *pol)
 
 bool policy_rewind_exempt(const struct policy *pol, char *const argv[])
 {
-	const char *why;
-
-	return argv && argv[0] && pol_part(pol, P_EXEC) && pol_rules_match(pol, PT_EXEMPT, NULL, argv, &why);
+	return argv && argv[0] && pol_part(pol, P_EXEC) && pol_rules_match(pol, PT_EXEMPT, NULL, argv, NULL);
 }
 
 /* --- paths --------------------------------------------------------------------- */

@@ -748,7 +748,8 @@ bool pol_rules_match(const struct policy *pol, int table, const char *file, char
 
 		resolve(&pg, level ? NULL : file, argv[0], NULL, NULL);
 		if ((r = first_rule(pol, table, &pg, argv, argc, NULL))) {
-			*why = pol_text(pol, r->rule);
+			if (why)        /* (NULL: the answer alone, no page of the texts) */
+				*why = pol_text(pol, r->rule);
 			return true;
 		}
 		w = find_wrapper(&pg, argv[0]);

@@ -224,7 +224,7 @@ bool glob_has_magic(const char *p, size_t n);
 enum pverdict pol_exec_argv(const struct policy *pol, const char *file, char *const argv[],
 			    const char *path_value, int depth, const char **why, const char *in, size_t in_n);
 bool pol_rules_match(const struct policy *pol, int table, const char *file, char *const argv[],
-		     const char **why);
+		     const char **why);  /* WHY: the rule's text, or NULL */
 bool pol_is_interpreter(const struct policy *pol, const char *name);
 bool pol_is_fetcher(const struct policy *pol, const char *name);
 bool pol_is_carrier(const struct policy *pol, const char *name);

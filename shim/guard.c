@@ -504,6 +504,8 @@ static int judge_write(const char *op, const char *p, mode_t type, int create)
 	if (mode == PM_OFF)
 		return 0;
 	v = policy_path_typed(pol, own_proc(p, own), true, type, &why);
+	if (why == policy_damaged)      /* (a refusal the code below may not report) */
+		fail_closed(policy_damaged);
 	/* a root's own entry is in a directory outside the roots: the root
 	 * may be made (above), not removed or renamed away */
 	if (v != PV_DENY && !create && (!strcmp(op, "remove") || !strcmp(op, "rename")) &&
