@@ -311,15 +311,8 @@ bool policy_net_record(const struct policy *pol) { return pol->b->net_record; }
 const char *policy_workspace(const struct policy *pol) { return pol_str(pol, pol->b->workspace); }
 const char *policy_source(const struct policy *pol) { return pol_text(pol, pol->b->source); }
 bool policy_fetch_run(const struct policy *pol) { return pol->b->fetch_run; }
-bool policy_fetcher(const struct policy *pol, const char *name)
-{
-	return pol->b->fetch_run && pol_is_fetcher(pol, name);
-}
-
-bool policy_carrier(const struct policy *pol, const char *name)
-{
-	return pol->b->fetch_run && pol_is_carrier(pol, name);
-}
+bool policy_fetcher(const struct policy *pol, const char *name) { return pol->b->fetch_run && pol_is_fetcher(pol, name); }
+bool policy_carrier(const struct policy *pol, const char *name) { return pol->b->fetch_run && pol_is_carrier(pol, name); }
 
 enum popaque policy_opaque(const struct policy *pol, enum popaque_kind kind)
 {

@@ -189,7 +189,7 @@ static void take_slot(void)
 
 	if (__atomic_load_n(&slot->owner, __ATOMIC_ACQUIRE) != (JL_POLICY_CLAIMED | slot_pid) || !len ||
 	    len > JL_POLICY_MAX)
-		fail_closed("the session's compiled policy is damaged");
+		fail_closed(policy_damaged);
 	__atomic_store_n(&blob_size, (size_t)len, __ATOMIC_RELAXED);
 	__atomic_store_n(&blob, (const void *)(slot_map + jshared_size()), __ATOMIC_RELEASE);
 }
@@ -232,7 +232,7 @@ STARTUP_TEXT static void map_published(void)
 		return;
 	}
 	if (!(blob = map_ro(fd, 0, &blob_size)))
-		fail_closed("the session's compiled policy is damaged");
+		fail_closed(policy_damaged);
 }
 
 /*
@@ -254,7 +254,7 @@ static void check_now(void)
 	if (!__atomic_load_n(&blob, __ATOMIC_ACQUIRE) && slot_map)
 		take_slot();
 	if (policy_from_blob(&local, blob, blob_size))
-		fail_closed("the session's compiled policy is damaged");
+		fail_closed(policy_damaged);
 	for (;;) {
 		s = __atomic_load_n(&pol_state, __ATOMIC_ACQUIRE);
 		if (s == POL_READY)
