@@ -340,8 +340,18 @@ static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint
 
 		snprintf(rel, sizeof(rel), "log/%s", names[i]);
 		err = slurp(dirfd(d), names[i], &p, &n);
+		if (err == -ENOENT || (!err && n == 0)) {
+			/* A writer between making its segment and writing the
+			 * header, or one that removed it again (a full disk):
+			 * no record in it, nothing lost. */
+			if (!err)
+				free(p);
+			free(names[i]);
+			continue;
+		}
 		if (err) {
 			damage(r, rel, 0, true, "cannot read: %s", strerror(-err));
+			free(names[i]);
 			continue;
 		}
 		keep_map(r, p, n);
