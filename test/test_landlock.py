@@ -79,6 +79,25 @@ def test_a_static_binary_cannot_write_outside_the_writable_roots(scratch_policy,
     assert "static binary" in r.stderr
 
 
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_a_static_binary_cannot_truncate_outside_the_writable_roots(scratch_policy, tmp_path):
+    """Truncation by path is in the layer a static program gets for itself
+    (the session's leaves it to the shim: opaque.c, landlock_roots)."""
+    ws, outside, pol, _ = scratch_policy
+    busybox = "/bin/busybox" if os.path.exists("/bin/busybox") else "/usr/bin/busybox"
+    if not os.path.exists(busybox):
+        pytest.skip("no busybox")
+    if ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1) < 3:
+        pytest.skip("Landlock before ABI 3 has no truncation right")
+    for d in (ws, outside):
+        (d / "keep").write_text("twelve bytes")
+    r = run(ws, pol, tmp_path, f"{busybox} truncate -s 0 {outside}/keep; echo $?; "
+                               f"{busybox} truncate -s 3 {ws}/keep; echo $?")
+    assert r.stdout.split() == ["1", "0"], r.stdout + r.stderr
+    assert (outside / "keep").read_text() == "twelve bytes"
+    assert (ws / "keep").read_text() == "twe"
+
+
 URING = r"""
 #include <stdio.h>
 #include <string.h>
