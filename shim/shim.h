@@ -64,14 +64,16 @@ static inline long shim_raw6(long nr, long a, long b, long c, long d, long e, lo
  * (after the constructor's .text.startup): a few pages, not one per file. */
 #define HOT __attribute__((hot))
 /* What every process writes at start goes with the initialised data, on
- * the one page the loader writes anyway (its relocations of the .got, the
+ * the page the loader writes anyway (its relocations of the .got.plt, the
  * zeroing of the page's end): each page a process first writes costs it a
  * fault, and on a machine that virtualises page tables a fault costs as
- * much as a few dozen system calls. The library is linked with -z now, so
- * that the .got is in RELRO and .data starts on a page of its own, which
- * this data, the real functions' pointers and the sticky environment fill
- * (test_shim_lib.py checks that they fit). */
+ * much as a few dozen system calls. The real functions' pointers
+ * (REAL_DATA, zero at start) follow in .bss, its first bytes, most of them
+ * on that page too (layout.ld; test_shim_layout.py checks where they are).
+ * The library is bound lazily (GNUmakefile: -z lazy), and its .got.plt
+ * shares that page. */
 #define HOT_DATA __attribute__((section(".data.ftsbx_hot")))
+#define REAL_DATA __attribute__((section(".bss.ftsbx_real")))
 /* The constructor's path (state.c, exec.c, guard.c), at the start of the
  * text: in the pages the loader reads anyway. */
 #define STARTUP_TEXT __attribute__((section(".text.startup")))

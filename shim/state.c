@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "shim.h"
 
-#define HOOK(ret, name, params, args, fail, pre) HIDDEN ret(*real_##name) params HOT_DATA;
+#define HOOK(ret, name, params, args, fail, pre) HIDDEN ret(*real_##name) params REAL_DATA;
 #include "hooks.def"
 #include "hooks-extra.def"
 #undef HOOK

@@ -66,6 +66,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <utmp.h>
+#include <sodium.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -73,6 +74,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include "shim.h"
 
@@ -537,6 +539,42 @@ static void session_for_children(void)
 	errno = e;
 }
 
+/* The shim is bound lazily (GNUmakefile: -z lazy): each libc function it
+ * calls is looked up at its first call in a process. A fork child would
+ * look up, every time, what its parent never called (the exec path's
+ * checks and records), and fault in the pages of the symbol tables it
+ * reads. They are called once here, in the parent, harmlessly (empty
+ * paths, no bytes). test_shim_layout.py: a fork child binds
+ * nothing before it execs. */
+static volatile uintptr_t warm_sink;    /* calls without side effects are not dropped */
+
+static __attribute__((noinline)) void warm_libc(void)
+{
+	static volatile size_t zero;    /* no call the compiler can fold away */
+	char buf[4] = "", link[4];
+	struct timespec ts;
+	pthread_mutex_t m;
+	struct stat st;
+	size_t n = zero;
+
+	warm_sink = (uintptr_t)strchr(buf, (int)n + '/') + (uintptr_t)strchrnul(buf, (int)n + '/') +
+	       (uintptr_t)memchr(buf, '/', n) + strnlen(buf, n);
+	memset(buf, 0, n);
+	sodium_memzero(buf, n);         /* libsodium's: __explicit_bzero_chk */
+	(void)!readlink(buf, link, sizeof(link));
+	(void)!getcwd(link, sizeof(link));      /* ERANGE, mostly: an exec's record */
+	(void)!lstat(buf, &st);
+	(void)!stat(buf, &st);
+	(void)!write(-1, buf, n);
+	(void)!getppid();
+	(void)!clock_gettime(CLOCK_REALTIME, &ts);
+	pthread_mutex_init(&m, NULL);
+	pthread_mutex_lock(&m);         /* the journal's lanes */
+	pthread_mutex_unlock(&m);
+	(void)!flistxattr(-1, NULL, n); /* a pre-image's extended attributes */
+	(void)!llistxattr(buf, NULL, n);
+}
+
 /* A fork child mostly execs: the real exec functions are looked up here,
  * once, in the parent, rather than by dlsym in every child, where the
  * symbol tables' pages it reads would each be a page fault of its own. */
@@ -550,6 +588,11 @@ static void warm_exec_path(void)
 	(void)REAL(execv);
 	(void)REAL(execvp);
 	(void)REAL(execvpe);
+	(void)REAL(dup2);               /* a shell's redirections */
+	(void)REAL(close_range);        /* Python's close_fds */
+	(void)REAL(chdir);              /* cwd= */
+	(void)REAL(kill);               /* the journal asks whether a lane's owner lives */
+	warm_libc();
 	warm = true;
 }
 
