@@ -265,10 +265,16 @@ static void check_now(void)
 			sched_yield();  /* another thread of this process is at it */
 			continue;
 		}
-		if (!filling && !__atomic_compare_exchange_n(&pol_state, &s, me, false, __ATOMIC_ACQ_REL,
-							      __ATOMIC_ACQUIRE))
-			continue;
-		filling = true;
+		/* marked before the claim: a handler that runs between the
+		 * two would otherwise wait for its own thread forever */
+		if (!filling) {
+			filling = true;
+			if (!__atomic_compare_exchange_n(&pol_state, &s, me, false, __ATOMIC_ACQ_REL,
+							 __ATOMIC_ACQUIRE)) {
+				filling = false;
+				continue;
+			}
+		}
 		mapped = local;
 		took();
 		__atomic_store_n(&pol_state, POL_READY, __ATOMIC_RELEASE);
