@@ -1,7 +1,8 @@
 /*
  * opaque.c - programs the shim cannot see into, found at exec by looking at
- * the ELF file: static binaries (no PT_INTERP: no preloading at all),
- * set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD for
+ * the ELF file: static binaries (no PT_INTERP: no preloading at all; a
+ * static-pie one too, not the loader run as a program), programs of another ELF class or machine (32-bit, x32: the
+ * shim cannot be loaded into them), set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD for
  * them) and Go programs (their runtime makes system calls itself, even when
  * linked dynamically: a Go build-ID note), and what each file is kept per
  * inode while it stays unchanged (kind_of). The policy says what to do
@@ -54,6 +55,18 @@ HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
 	return false;
 }
 
+/* Kinds of this file's own, judged as the policy's [programs] static: a
+ * program of another ELF class or machine (a 32-bit or x32 program, an
+ * emulated one), which the shim cannot be loaded into; and, while the file
+ * is looked at, one that names no loader (static_pie tells the rest). */
+#define PO_FOREIGN  PO_KINDS
+#define PO_NOINTERP (PO_KINDS + 1)
+#if defined(__x86_64__)
+#define SHIM_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define SHIM_MACHINE EM_AARCH64
+#endif
+
 /* The kind of the ELF file in BUF (N bytes of its start), or -1; *SHORT:
  * a program header or note lay beyond N (more of the file could change the
  * answer). */
@@ -63,9 +76,17 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 	bool interp = false, go = false;
 
 	*short_read = false;
-	if (n < sizeof(eh) || memcmp(buf, ELFMAG, SELFMAG) || buf[EI_CLASS] != ELFCLASS64)
-		return -1;      /* a script, or another class: the interpreter is checked */
+	if (n < EI_NIDENT || memcmp(buf, ELFMAG, SELFMAG))
+		return -1;      /* a script: its interpreter is checked */
+	if (buf[EI_CLASS] == ELFCLASS32)
+		return PO_FOREIGN;
+	if (n < sizeof(eh) || buf[EI_CLASS] != ELFCLASS64)
+		return -1;
 	memcpy(&eh, buf, sizeof(eh));
+#ifdef SHIM_MACHINE
+	if (eh.e_machine != SHIM_MACHINE)
+		return PO_FOREIGN;
+#endif
 	for (int i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
 		size_t off = eh.e_phoff + (size_t)i * sizeof(ph);
@@ -91,7 +112,41 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 			}
 		}
 	}
-	return !interp && eh.e_type == ET_EXEC ? PO_STATIC : go ? PO_GO : -1;
+	if (!interp && eh.e_type == ET_EXEC)
+		return PO_STATIC;
+	if (go)
+		return PO_GO;
+	/* every program header read, and none names a loader */
+	return !interp && eh.e_type == ET_DYN && !*short_read && eh.e_phnum ? PO_NOINTERP : -1;
+}
+
+/* Whether the ELF file FD (HEAD: its first 1024 bytes) that names no
+ * loader says it is a position-independent executable (DF_1_PIE in its
+ * dynamic section): a static-pie program. The loader run as a program (it
+ * honours LD_PRELOAD: the program it runs is seen into) and a library say
+ * nothing of the kind. */
+static bool static_pie(int fd, const unsigned char head[1024])
+{
+	Elf64_Ehdr eh;
+	Elf64_Dyn dyn[128];
+
+	memcpy(&eh, head, sizeof(eh));
+	for (int i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+		size_t off = eh.e_phoff + (size_t)i * sizeof(ph);
+		if (off + sizeof(ph) > 1024)
+			return false;
+		memcpy(&ph, head + off, sizeof(ph));
+		if (ph.p_type != PT_DYNAMIC)
+			continue;
+		size_t len = ph.p_filesz < sizeof(dyn) ? ph.p_filesz : sizeof(dyn);
+		ssize_t got = pread(fd, dyn, len, (off_t)ph.p_offset);
+		for (size_t k = 0; got > 0 && k < (size_t)got / sizeof(dyn[0]) && dyn[k].d_tag != DT_NULL; k++)
+			if (dyn[k].d_tag == DT_FLAGS_1)
+				return dyn[k].d_un.d_val & DF_1_PIE;
+		return false;
+	}
+	return false;
 }
 
 /* The rest of the first 8 KiB of FD (HEAD: its first 1024 bytes), when
@@ -142,6 +197,8 @@ static int opaque_kind(const char *path, struct stat *st)
 	kind = elf_kind(buf, n > 0 ? (size_t)n : 0, &short_read);
 	if (short_read && n == (ssize_t)sizeof(buf))
 		kind = opaque_kind_more(fd, buf, kind);
+	if (kind == PO_NOINTERP)
+		kind = static_pie(fd, buf) ? PO_STATIC : -1;
 	close(fd);
 	return kind;
 }
@@ -262,9 +319,10 @@ HIDDEN bool opaque_program(const char *file)
 	return shim_find_program(file, path) && kind_of(path, NULL) >= 0;
 }
 
-static const char *const kind_name[PO_KINDS] = {
+static const char *const kind_name[PO_FOREIGN + 1] = {
 	[PO_STATIC] = "a static binary", [PO_SETUID] = "a set-user-ID program",
 	[PO_GO] = "a Go program", [PO_LDSO] = "the dynamic loader run as a program",
+	[PO_FOREIGN] = "a program of another architecture (32-bit, or another machine's)",
 };
 
 static bool allow_beneath(int rs, const char *dir, uint64_t access)
@@ -530,8 +588,9 @@ static bool device_layer(void)
  * the processes the shim is in, it checks truncation itself; what the
  * session's layer leaves open is a truncate by a raw system call written
  * into a program the shim is in (not one made through syscall(), which
- * the shim checks). Static and Go programs, ld.so run as a program and
- * their children get the program's layer, truncation included. */
+ * the shim checks). A program the shim cannot see into (static or
+ * static-pie, Go, 32-bit) and its children get the program's layer,
+ * truncation included. */
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 {
 	struct ll_ruleset attr = {
@@ -593,9 +652,9 @@ static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, co
 {
 	char why[PATH_MAX + 160];
 
-	if (policy_opaque(pol, kind) == PO_REFUSE) {
+	if (policy_opaque(pol, kind == PO_FOREIGN ? PO_STATIC : kind) == PO_REFUSE) {
 		snprintf(why, sizeof(why), "[programs] %s: the shim cannot see into %s",
-			 kind == PO_STATIC ? "static" : kind == PO_SETUID ? "setuid" : "go", kind_name[kind]);
+			 kind == PO_SETUID ? "setuid" : kind == PO_GO ? "go" : "static", kind_name[kind]);
 		return shim_refuse("exec", path, NULL, argv, why, EPERM);
 	}
 	bool confined = policy_landlock(pol) != PL_OFF && landlock_roots(pol, NULL);

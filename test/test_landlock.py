@@ -98,6 +98,65 @@ def test_a_static_binary_cannot_truncate_outside_the_writable_roots(scratch_poli
     assert (ws / "keep").read_text() == "twe"
 
 
+TRUNCATE = r"""
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) { printf("%d\n", truncate(argv[1], 0)); return 0; }
+"""
+
+# truncate(argv[1], 0) as a 32-bit program (int 0x80), whose exit status is
+# the error number (0: done)
+TRUNCATE_I386 = """
+.globl _start
+_start:
+  mov 8(%esp), %ebx
+  mov $92, %eax
+  xor %ecx, %ecx
+  int $0x80
+  mov %eax, %ebx
+  neg %ebx
+  mov $1, %eax
+  int $0x80
+"""
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_programs_no_loader_preloads_into_get_a_layer_of_their_own(scratch_policy, tmp_path):
+    """A static-pie program (no PT_INTERP, position-independent) and a
+    32-bit one are programs the shim is not loaded into, as a static one
+    is: each gets its warning and its own Landlock layer, which handles
+    truncation (the session's leaves it to the shim). The loader run as a
+    program is not one of them: it preloads the shim into what it runs."""
+    ws, outside, pol, _ = scratch_policy
+    if ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1) < 3:
+        pytest.skip("Landlock before ABI 3 has no truncation right")
+    spie = tmp_path / "spie"
+    if subprocess.run(["gcc", "-static-pie", "-O2", "-x", "c", "-", "-o", str(spie)], input=TRUNCATE.encode(),
+                      capture_output=True).returncode:
+        pytest.skip("no static-pie toolchain")
+    for d in (ws, outside):
+        (d / "keep").write_text("twelve bytes")
+        (d / "keep32").write_text("twelve bytes")
+    r = run(ws, pol, tmp_path, f"{spie} {outside}/keep; {spie} {ws}/keep")
+    assert r.stdout.split() == ["-1", "0"], r.stdout + r.stderr
+    assert (outside / "keep").read_text() == "twelve bytes" and (ws / "keep").read_text() == ""
+    assert r.stderr.count("is a static binary") == 2, r.stderr
+    r = run(ws, pol, tmp_path, "/lib64/ld-linux-x86-64.so.2 /bin/echo seen")
+    assert r.stdout == "seen\n" and "warning" not in r.stderr, r.stderr
+    i386 = tmp_path / "t32"
+    asm = subprocess.run(["as", "--32", "-o", str(tmp_path / "t32.o"), "-"], input=TRUNCATE_I386.encode(),
+                         capture_output=True)
+    if asm.returncode or subprocess.run(["ld", "-m", "elf_i386", "-o", str(i386), str(tmp_path / "t32.o")],
+                                        capture_output=True).returncode:
+        pytest.skip("no 32-bit assembler or linker")
+    if subprocess.run([str(i386), str(tmp_path / "no-such-file")], capture_output=True).returncode != 2:
+        pytest.skip("this kernel runs no 32-bit programs")
+    r = run(ws, pol, tmp_path, f"{i386} {outside}/keep32; echo $?; {i386} {ws}/keep32; echo $?")
+    assert r.stdout.split() == ["13", "0"], r.stdout + r.stderr      # EACCES from the kernel
+    assert (outside / "keep32").read_text() == "twelve bytes" and (ws / "keep32").read_text() == ""
+    assert r.stderr.count("another architecture") == 2, r.stderr
+
+
 URING = r"""
 #include <stdio.h>
 #include <string.h>
