@@ -249,18 +249,21 @@ static __thread bool filling __attribute__((tls_model("initial-exec")));
 static void check_now(void)
 {
 	struct policy local;
-	int me = 0, s;
+	int me, s;
 
 	if (!__atomic_load_n(&blob, __ATOMIC_ACQUIRE) && slot_map)
 		take_slot();
 	if (policy_from_blob(&local, blob, blob_size))
 		fail_closed(policy_damaged);
+	/* complete before it is copied: two fills at once (a handler's
+	 * beside another thread's, a vfork child's beside its parent's
+	 * threads) write the same bytes */
+	policy_set_journal(&local, shim.journal);
 	for (;;) {
 		s = __atomic_load_n(&pol_state, __ATOMIC_ACQUIRE);
 		if (s == POL_READY)
 			return;
-		if (!me)
-			me = (int)getpid();
+		me = (int)getpid();     /* again: a handler may have forked */
 		if (s && !filling && (s == me || txn_vfork_child())) {
 			sched_yield();  /* another thread of this process is at it */
 			continue;
