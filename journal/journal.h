@@ -127,6 +127,9 @@ struct jlane {
 	uint32_t pad[3];
 };
 enum { JL_NONE, JL_OPEN, JL_BROKEN };
+/* where the lanes' table starts in the locks file's layout (after the mutexes) */
+#define JL_MUTEX_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
+#define JL_LANES_OFF  ((JL_MUTEX_SIZE + 4095) & ~(size_t)4095)
 #define JL_MAX 4
 struct jlockset {
 	struct jsession *s;

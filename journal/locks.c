@@ -19,8 +19,6 @@
 #include <unistd.h>
 #include "internal.h"
 
-#define JL_MUTEX_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
-#define JL_LANES_OFF  ((JL_MUTEX_SIZE + 4095) & ~(size_t)4095)
 #define JL_FILE_SIZE  (JL_LANES_OFF + JL_LANES * sizeof(struct jlane))
 /* SESSION/shared (JI_SHARED): the counters' page (with the policy slot's
  * owner and length), then the locks file's layout, what a process maps;

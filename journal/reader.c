@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,14 +91,19 @@ static int slurp(int dfd, const char *name, uint8_t **out, size_t *len)
 	struct stat st;
 	uint8_t *p;
 	size_t n = 0;
-	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: a FIFO in its place does not hold the reader up */
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) < 0) {
 		int err = errno;
 		close(fd);
-		return err ? -err : -EINVAL;
+		return -err;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
 	}
 	p = xrealloc(NULL, (size_t)st.st_size + 1);
 	while (n < (size_t)st.st_size) {
@@ -303,6 +310,32 @@ static bool log_was_made(const struct jreader *r)
 	return made & JL_MADE_LOG;
 }
 
+/* An empty segment NAME, that a writer made (O_EXCL) and has not written
+ * its header into yet: SEQ-PID.ftj whose writer lives, or lane-K.ftj whose
+ * length the shared table still has as nothing written (a taker between
+ * making it and its header, or one that died there: the lane is never
+ * taken again). Otherwise its records were lost or removed. */
+static bool empty_is_young(struct jreader *r, const char *name)
+{
+	unsigned long long seq;
+	uint64_t end = 1;
+	int pid, k, fd;
+	char tail[8];
+
+	if (sscanf(name, "%llu-%d.ft%1[j]", &seq, &pid, tail) == 3 && pid > 0)
+		return kill(pid, 0) == 0 || errno == EPERM;
+	if (sscanf(name, "lane-%d.ft%1[j]", &k, tail) != 2 || k < 0 || k >= JL_LANES)
+		return false;
+	fd = openat(r->dirfd, r->features & JI_SHARED ? "shared" : "locks", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (pread(fd, &end, sizeof(end), (off_t)((r->features & JI_SHARED ? J_SEQ_FILE_SIZE : 0) + JL_LANES_OFF +
+			 (size_t)k * sizeof(struct jlane) + offsetof(struct jlane, end))) != (ssize_t)sizeof(end))
+		end = 1;
+	close(fd);
+	return end == 0;
+}
+
 static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint32_t seed)
 {
 	/* the mark is read first: a writer may make log/ and set it meanwhile */
@@ -340,12 +373,18 @@ static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint
 
 		snprintf(rel, sizeof(rel), "log/%s", names[i]);
 		err = slurp(dirfd(d), names[i], &p, &n);
-		if (err == -ENOENT || (!err && n == 0)) {
+		if (err == -ENOENT || (!err && n == 0 && empty_is_young(r, names[i]))) {
 			/* A writer between making its segment and writing the
 			 * header, or one that removed it again (a full disk):
 			 * no record in it, nothing lost. */
 			if (!err)
 				free(p);
+			free(names[i]);
+			continue;
+		}
+		if (!err && n == 0) {
+			damage(r, rel, 0, true, "empty segment: its writer is gone (records lost, or emptied)");
+			free(p);
 			free(names[i]);
 			continue;
 		}

@@ -44,10 +44,16 @@ static int teardown(void **state)
 	char cmd[300];
 
 	(void)state;
-	/* a test that failed before reaping its children: reaped here, or
-	 * the next test's waitpid would see them */
-	while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
-		;
+	/* a test that failed before reaping its children: reaped here (for
+	 * up to 10 s, or a child stuck would hold up the suite), or the next
+	 * test's waitpid would see them */
+	for (int tries = 0; tries < 1000; tries++) {
+		pid_t p = waitpid(-1, NULL, WNOHANG);
+		if (p < 0 && errno != EINTR)
+			break;          /* ECHILD: none left */
+		if (p == 0)
+			usleep(10000);
+	}
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", scratch);
 	return system(cmd);
 }
@@ -730,32 +736,76 @@ static void test_log_and_objects_are_made_at_first_need(void **state)
 	assert_non_null(strstr(err, "log/"));
 }
 
-/* A segment a writer has made and not yet written its header into (or
- * died before it could) holds no record: no damage. A header cut short is. */
-static void test_empty_segment_is_no_damage(void **state)
+/* A segment a writer has made and not yet written its header into holds
+ * no record: no damage while its writer lives (SEQ-PID.ftj) or while the
+ * shared table has its lane as nothing written (lane-K.ftj). An empty one
+ * whose writer is gone, or an emptied lane, lost its records: damage; so
+ * is a header cut short. */
+static void test_empty_segment_is_damage_only_once_its_writer_is_gone(void **state)
 {
+	struct jsession s;
+	struct jseg g;
 	struct jreader r;
-	char path[400], err[256];
+	char path[400], lane[400], err[256];
 	size_t nrec;
-	int fd;
+	pid_t dead;
+	int fd, st;
 
 	(void)state;
-	made_session();
+	open_session(&s, &g);
+	assert_true(g.lane >= 0);
+	seg_path(lane, sizeof(lane), &g);
+	jseg_close(&g);
+	jsession_close(&s);
 	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
 	nrec = r.nrec;
 	jreader_close(&r);
 	assert_true(nrec > 0);
-	snprintf(path, sizeof(path), "%s/log/999-1.ftj", sdir());
+
+	snprintf(path, sizeof(path), "%s/log/999-%d.ftj", sdir(), (int)getpid());
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	assert_true(fd >= 0);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/log/lane-200.ftj", sdir());   /* a taker between */
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
 	assert_reads_clean(nrec);
-	assert_int_equal(write(fd, "FTSBX", 5), 5);
+
+	dead = fork();
+	assert_true(dead >= 0);
+	if (dead == 0)
+		_exit(0);
+	assert_int_equal(waitpid(dead, &st, 0), dead);
+	snprintf(path, sizeof(path), "%s/log/998-%d.ftj", sdir(), (int)dead);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 1);
+	assert_non_null(strstr(r.dmg[0].what, "writer is gone"));
+	assert_true(r.dmg[0].tail);
+	assert_int_equal(r.nrec, nrec);
+	jreader_close(&r);
+	assert_int_equal(write(fd, "FTSBX", 5), 5);     /* a header cut short */
 	close(fd);
 	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
 	assert_int_equal(r.ndmg, 1);
 	assert_non_null(strstr(r.dmg[0].what, "torn segment header"));
-	assert_true(r.dmg[0].tail);
-	assert_int_equal(r.nrec, nrec);
+	jreader_close(&r);
+	assert_int_equal(unlink(path), 0);
+
+	assert_int_equal(truncate(lane, 0), 0);         /* the lane's records gone */
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 1);
+	assert_non_null(strstr(r.dmg[0].what, "writer is gone"));
+	assert_true(r.nrec < nrec);
+	jreader_close(&r);
+
+	snprintf(path, sizeof(path), "%s/log/997-1.ftj", sdir());     /* not a file: read, not waited for */
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	assert_int_equal(r.ndmg, 2);
+	assert_true(strstr(r.dmg[0].what, "cannot read") || strstr(r.dmg[1].what, "cannot read"));
 	jreader_close(&r);
 }
 
@@ -1520,7 +1570,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_older_session_layout_still_works, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_log_and_objects_are_made_at_first_need, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_log_made_by_another_writer_meanwhile_is_no_damage, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_empty_segment_is_no_damage, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_segment_is_damage_only_once_its_writer_is_gone, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_without_lazy_dirs_has_them_at_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_takes_one_root, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_policy_slot_not_in_an_older_session, setup, teardown),
