@@ -687,7 +687,7 @@ HIDDEN __attribute__((used)) int txn_vfork_enter(void *ret)
 	if (!shim_ready) {
 		vf.on = false;
 		vf.ret = ret;
-		return 0;
+		return REAL(vfork) ? 0 : 1;     /* resolved: the caller jumps through it */
 	}
 	if (vf.child || shim_busy || !REAL(vfork))
 		return 1;
