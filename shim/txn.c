@@ -592,7 +592,9 @@ static void warm_exec_path(void)
 	(void)REAL(close_range);        /* Python's close_fds */
 	(void)REAL(chdir);              /* cwd= */
 	(void)REAL(kill);               /* the journal asks whether a lane's owner lives */
+	int e = errno;
 	warm_libc();
+	errno = e;
 	warm = true;
 }
 

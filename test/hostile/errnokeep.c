@@ -2,14 +2,16 @@
  * errnokeep.c - a program's first file calls under the shim (run by its
  * absolute path: the shim's first look at what program it is happens in
  * them) leave errno as they found it when they succeed: open, fopen,
- * close, opendir, a write to a new file. Exits 1 naming the call that
- * changed it.
+ * close, opendir, a write to a new file, and the first fork (before which
+ * the shim binds its children's exec path: txn.c, warm_libc). Exits 1
+ * naming the call that changed it.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int check(const char *what, int ok)
@@ -51,5 +53,11 @@ int main(int argc, char **argv)
 	bad |= check("write", write(fd, "x\n", 2) == 2);
 	errno = 0;
 	bad |= check("close after write", close(fd) == 0);
+	errno = 0;
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(0);
+	bad |= check("fork", pid > 0);
+	waitpid(pid, NULL, 0);
 	return bad;
 }
