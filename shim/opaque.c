@@ -122,9 +122,10 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 
 /* Whether the ELF file FD (HEAD: its first 1024 bytes) that names no
  * loader says it is a position-independent executable (DF_1_PIE in its
- * dynamic section): a static-pie program. The loader run as a program (it
- * honours LD_PRELOAD: the program it runs is seen into) and a library say
- * nothing of the kind. */
+ * dynamic section): a static-pie program. The loader run as a program
+ * (PO_LDSO: it honours LD_PRELOAD, so the program it runs is seen into;
+ * refused only where [programs] ldso = refuse) and a library say nothing
+ * of the kind. */
 static bool static_pie(int fd, const unsigned char head[1024])
 {
 	Elf64_Ehdr eh;
@@ -198,7 +199,7 @@ static int opaque_kind(const char *path, struct stat *st)
 	if (short_read && n == (ssize_t)sizeof(buf))
 		kind = opaque_kind_more(fd, buf, kind);
 	if (kind == PO_NOINTERP)
-		kind = static_pie(fd, buf) ? PO_STATIC : -1;
+		kind = static_pie(fd, buf) ? PO_STATIC : PO_LDSO;
 	close(fd);
 	return kind;
 }
@@ -316,7 +317,9 @@ HIDDEN bool opaque_program(const char *file)
 {
 	char path[PATH_MAX];
 
-	return shim_find_program(file, path) && kind_of(path, NULL) >= 0;
+	int kind;
+
+	return shim_find_program(file, path) && (kind = kind_of(path, NULL)) >= 0 && kind != PO_LDSO;
 }
 
 static const char *const kind_name[PO_FOREIGN + 1] = {
@@ -653,10 +656,15 @@ static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, co
 	char why[PATH_MAX + 160];
 
 	if (policy_opaque(pol, kind == PO_FOREIGN ? PO_STATIC : kind) == PO_REFUSE) {
-		snprintf(why, sizeof(why), "[programs] %s: the shim cannot see into %s",
-			 kind == PO_SETUID ? "setuid" : kind == PO_GO ? "go" : "static", kind_name[kind]);
+		if (kind == PO_LDSO)
+			snprintf(why, sizeof(why), "[programs] ldso: %s", kind_name[kind]);
+		else
+			snprintf(why, sizeof(why), "[programs] %s: the shim cannot see into %s",
+				 kind == PO_SETUID ? "setuid" : kind == PO_GO ? "go" : "static", kind_name[kind]);
 		return shim_refuse("exec", path, NULL, argv, why, EPERM);
 	}
+	if (kind == PO_LDSO)
+		return 0;       /* it preloads the shim into what it runs: seen into */
 	bool confined = policy_landlock(pol) != PL_OFF && landlock_roots(pol, NULL);
 	if (!confined && policy_landlock(pol) == PL_REQUIRE)
 		return shim_refuse("exec", path, NULL, argv, "[policy] landlock = on, but the kernel has none",

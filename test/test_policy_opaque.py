@@ -206,3 +206,37 @@ def test_a_program_reached_through_symlinks_is_judged_by_the_file_they_lead_to(t
     static, replaced = eval(r.stdout.strip().splitlines()[-1])
     assert static == [True] * 8, static
     assert replaced == [False] * 8, replaced
+
+
+def test_the_loader_run_as_a_program_is_seen_into_and_refused_only_where_asked(tmp_path):
+    """[programs] ldso: the dynamic loader run as a program preloads the
+    shim into what it runs, so by default it runs with no warning and what
+    it runs is judged and journaled; `ldso = refuse` (strict) refuses it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    loader = "/lib64/ld-linux-x86-64.so.2"
+    if not os.path.exists(loader):
+        pytest.skip("no x86-64 glibc loader")
+    script = (f"import subprocess\ntry:\n    r = subprocess.run([{loader!r}, '/bin/sh', '-c', 'echo ran > out'],"
+              f" capture_output=True, text=True)\n    print(r.returncode); print(r.stderr, end='')\n"
+              f"except OSError as e:\n    print('refused', e.errno)")
+    r = run_wrapped(tmp_path, ws, script)
+    assert r.returncode == 0 and r.stdout.split("\n")[0] == "0", r.stdout + r.stderr
+    assert "warning" not in r.stdout + r.stderr and (ws / "out").read_text() == "ran\n"
+    seen = subprocess.run([os.path.join(os.path.dirname(SHIM), "txreplay"), "log", str(tmp_path / "j")],
+                          capture_output=True, text=True)
+    assert "out" in seen.stdout, seen.stdout + seen.stderr     # the write was journaled
+    (ws / "out").unlink()
+    pol = tmp_path / "ldso.ini"
+    pol.write_text("[policy]\nbase = default\n\n[programs]\nldso = refuse\n")
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j2"), HOME=str(tmp_path),
+               FTSBX_POLICY=str(pol), PATH="/usr/bin:/bin")
+    for k in ("FTSBX_TXN", "FTSBX_ROOT"):
+        env.pop(k, None)
+    r = subprocess.run(["/usr/bin/python3", "-c", script], cwd=ws, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.stdout.split("\n")[0] == "refused 1", r.stdout + r.stderr      # EPERM
+    assert not (ws / "out").exists()
+    log = subprocess.run([os.path.join(os.path.dirname(SHIM), "txreplay"), "log", str(tmp_path / "j2")],
+                         capture_output=True, text=True)
+    assert "[programs] ldso" in log.stdout, log.stdout + log.stderr
