@@ -1,11 +1,12 @@
 /*
  * opaque.c - programs the shim cannot see into, found at exec by looking at
  * the ELF file: static binaries (no PT_INTERP: no preloading at all; a
- * static-pie one too, not the loader run as a program), programs of another ELF class or machine (32-bit, x32: the
- * shim cannot be loaded into them), set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD for
- * them) and Go programs (their runtime makes system calls itself, even when
- * linked dynamically: a Go build-ID note), and what each file is kept per
- * inode while it stays unchanged (kind_of). The policy says what to do
+ * static-pie one too, not the loader run as a program), programs of
+ * another ELF class or machine (32-bit, x32: the shim cannot be loaded into
+ * them), set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD
+ * for them) and Go programs (their runtime makes system calls itself, even
+ * when linked dynamically: a Go build-ID note), and what each file is kept
+ * per inode while it stays unchanged (kind_of). The policy says what to do
  * ([programs]): refuse, or allow with a warning and a record; allowed ones
  * are confined to the writable roots by Landlock where the kernel has it,
  * so that they cannot write anywhere else. Landlock cannot except a
@@ -125,8 +126,8 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
  * dynamic section): a static-pie program. The loader run as a program
  * (PO_LDSO: it honours LD_PRELOAD, so the program it runs is seen into;
  * refused only where [programs] ldso = refuse) and a library say nothing
- * of the kind. */
-static bool static_pie(int fd, const unsigned char head[1024])
+ * of the kind. Apart, as opaque_kind_more, for its buffer. */
+static __attribute__((noinline)) bool static_pie(int fd, const unsigned char head[1024])
 {
 	Elf64_Ehdr eh;
 	Elf64_Dyn dyn[128];
@@ -316,7 +317,6 @@ static int kind_of(const char *path, const struct stat *known)
 HIDDEN bool opaque_program(const char *file)
 {
 	char path[PATH_MAX];
-
 	int kind;
 
 	return shim_find_program(file, path) && (kind = kind_of(path, NULL)) >= 0 && kind != PO_LDSO;

@@ -544,8 +544,8 @@ static void session_for_children(void)
  * look up, every time, what its parent never called (the exec path's
  * checks and records), and fault in the pages of the symbol tables it
  * reads. They are called once here, in the parent, harmlessly (empty
- * paths, no bytes). test_shim_layout.py: a fork child binds
- * nothing before it execs. */
+ * paths, no bytes). test_shim_layout.py: a fork child binds nothing before
+ * it execs. */
 static volatile uintptr_t warm_sink;    /* calls without side effects are not dropped */
 
 static __attribute__((noinline)) void warm_libc(void)
