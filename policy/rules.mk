@@ -50,6 +50,6 @@ fuzz-policy: $(B)/policy/default_ini.h | $(B)/test
 	  -o $(B)/fuzz_policy test/fuzz_policy.c policy/*.c $(INIH_A)
 	mkdir -p $(B)/fuzz-policy-corpus
 	cp policies/*.ini $(B)/fuzz-policy-corpus/
-	$(B)/fuzz_policy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(B)/fuzz-policy-corpus
+	$(B)/fuzz_policy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=$(B)/ $(B)/fuzz-policy-corpus
 
 .PHONY: policy-unit fuzz-policy

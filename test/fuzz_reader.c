@@ -6,10 +6,12 @@
  * -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION so that crc and chain checks
  * pass and the fuzzer reaches the decoders behind them.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "../journal/internal.h"
 
@@ -31,6 +33,10 @@ static void init(void)
 		abort();
 	jfile_header(hdr, s.salt, J_KIND_SEGMENT, s.features);
 	jsession_close(&s);
+	/* log/ as its first writer makes it (JI_LAZYDIRS) */
+	snprintf(seg, sizeof(seg), "%s/log", dir);
+	if (mkdir(seg, 0700) && errno != EEXIST)
+		abort();
 	snprintf(seg, sizeof(seg), "%s/log/1-1.ftj", dir);
 }
 
