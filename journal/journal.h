@@ -130,6 +130,9 @@ enum { JL_NONE, JL_OPEN, JL_BROKEN };
 /* where the lanes' table starts in the locks file's layout (after the mutexes) */
 #define JL_MUTEX_SIZE (JL_STRIPES * sizeof(pthread_mutex_t))
 #define JL_LANES_OFF  ((JL_MUTEX_SIZE + 4095) & ~(size_t)4095)
+/* where lane K's entry is in its file: SESSION/shared (JI_SHARED: after the
+ * counters' page) or SESSION/locks */
+#define JL_LANE_AT(shared, k) (((shared) ? J_SEQ_FILE_SIZE : 0) + JL_LANES_OFF + (size_t)(k) * sizeof(struct jlane))
 #define JL_MAX 4
 struct jlockset {
 	struct jsession *s;

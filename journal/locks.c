@@ -144,7 +144,7 @@ int jlocks_map(struct jsession *s)
 		s->ctr = (uint64_t *)(void *)m;
 	s->locks = (pthread_mutex_t *)(void *)(m + at);
 	s->lanes = (s->features & JI_LANES) && st.st_size >= (off_t)(at + JL_FILE_SIZE) ?
-		   (struct jlane *)(void *)(m + at + JL_LANES_OFF) : NULL;
+		   (struct jlane *)(void *)(m + JL_LANE_AT(shared, 0)) : NULL;
 	return 0;
 }
 

@@ -329,8 +329,8 @@ static bool empty_is_young(struct jreader *r, const char *name)
 	fd = openat(r->dirfd, r->features & JI_SHARED ? "shared" : "locks", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
-	if (pread(fd, &end, sizeof(end), (off_t)((r->features & JI_SHARED ? J_SEQ_FILE_SIZE : 0) + JL_LANES_OFF +
-			 (size_t)k * sizeof(struct jlane) + offsetof(struct jlane, end))) != (ssize_t)sizeof(end))
+	if (pread(fd, &end, sizeof(end), (off_t)(JL_LANE_AT(r->features & JI_SHARED, k) + offsetof(struct jlane, end))) !=
+	    (ssize_t)sizeof(end))
 		end = 1;
 	close(fd);
 	return end == 0;
@@ -373,23 +373,16 @@ static int read_segments(struct jreader *r, const uint8_t salt[J_SALT_LEN], uint
 
 		snprintf(rel, sizeof(rel), "log/%s", names[i]);
 		err = slurp(dirfd(d), names[i], &p, &n);
-		if (err == -ENOENT || (!err && n == 0 && empty_is_young(r, names[i]))) {
-			/* A writer between making its segment and writing the
-			 * header, or one that removed it again (a full disk):
-			 * no record in it, nothing lost. */
+		/* Gone since the listing (a writer that removed it again on a
+		 * full disk), or empty while a writer may be between making it
+		 * and writing its header: no record in it, nothing lost. */
+		if (err && err != -ENOENT)
+			damage(r, rel, 0, true, "cannot read: %s", strerror(-err));
+		else if (!err && n == 0 && !empty_is_young(r, names[i]))
+			damage(r, rel, 0, true, "empty segment: its writer is gone (records lost, or emptied)");
+		if (err || n == 0) {
 			if (!err)
 				free(p);
-			free(names[i]);
-			continue;
-		}
-		if (!err && n == 0) {
-			damage(r, rel, 0, true, "empty segment: its writer is gone (records lost, or emptied)");
-			free(p);
-			free(names[i]);
-			continue;
-		}
-		if (err) {
-			damage(r, rel, 0, true, "cannot read: %s", strerror(-err));
 			free(names[i]);
 			continue;
 		}
