@@ -130,12 +130,14 @@ static bool is_var(const char *e, const char *name, size_t n)
 }
 
 /* The envp to pass on: ENVP with every sticky variable that it lacks, and
- * LD_PRELOAD pointing at this library. BUF holds CAP pointers. One pass
- * over ENVP finds what it has: most of an exec's cost is here when the
- * environment is large. */
+ * LD_PRELOAD pointing at this library; with no LD_PRELOAD at all for a
+ * program the shim cannot be loaded into (exec_no_preload, which the
+ * exec's judgement just set). BUF holds CAP pointers. One pass over ENVP
+ * finds what it has: most of an exec's cost is here when the environment
+ * is large. */
 HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
 {
-	bool have[STICKY_MAX] = { false }, txn_seen = false, ok = false;
+	bool have[STICKY_MAX] = { false }, txn_seen = false, ok = false, drop = exec_no_preload;
 	const char *pre = NULL;
 	size_t n = 0, k = 0;
 
@@ -155,7 +157,7 @@ HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
 					have[i] = true;
 		}
 	}
-	ok = ok && (!nsticky || (pre && lists_self(pre)));
+	ok = ok && !drop && (!nsticky || (pre && lists_self(pre)));
 	for (size_t i = 1; i < nsticky && ok; i++)
 		ok = have[i];
 	if (ok)
@@ -167,7 +169,7 @@ HIDDEN char **env_fix(char *const envp[], char **buf, size_t cap)
 			continue;       /* ours come below */
 		buf[k++] = *e;
 	}
-	if (nsticky)
+	if (nsticky && !drop)
 		buf[k++] = sticky[0];   /* LD_PRELOAD */
 	for (size_t i = 1; i < nsticky; i++)
 		if (!have[i] && strncmp(sticky[i], "FTSBX_TXN=", 10))

@@ -793,8 +793,12 @@ static __attribute__((noinline)) int guard_exec_named(const char *file, bool sea
 HIDDEN int guard_exec(const char *file, bool search, char *const argv[])
 {
 	ready();
-	if (mode == PM_OFF || !argv)
+	exec_no_preload = false;
+	if (mode == PM_OFF || !argv) {
+		if (argv)
+			opaque_unloadable(file, argv);
 		return 0;
+	}
 	return file && !strchr(file, '/') ? guard_exec_named(file, search, argv) : guard_exec_at(file, argv);
 }
 
@@ -808,7 +812,10 @@ static int guard_exec_at(const char *file, char *const argv[])
 		int err = guard_stream(file, argv);
 		if (err || (err = guard_fetched(file, argv)))
 			return err;
-		return mode == PM_ENFORCE ? opaque_exec_known(pol, file, argv, &st) : 0;
+		if (mode == PM_ENFORCE)
+			return opaque_exec_known(pol, file, argv, &st);
+		opaque_unloadable(file, argv);
+		return 0;
 	}
 	return refuse("exec", file ? file : argv[0], NULL, argv, why, EPERM);
 }

@@ -2,8 +2,9 @@
  * opaque.c - programs the shim cannot see into, found at exec by looking at
  * the ELF file: static binaries (no PT_INTERP: no preloading at all; a
  * static-pie one too, not the loader run as a program), programs of
- * another ELF class or machine (32-bit, x32: the shim cannot be loaded into
- * them), set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD
+ * another ELF class or machine (32-bit, x32) or of another C library (a
+ * loader not glibc's: musl's), which the shim cannot be loaded into (they
+ * run without LD_PRELOAD), set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD
  * for them) and Go programs (their runtime makes system calls itself, even
  * when linked dynamically: a Go build-ID note), and what each file is kept
  * per inode while it stays unchanged (kind_of). The policy says what to do
@@ -56,17 +57,36 @@ HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
 	return false;
 }
 
-/* Kinds of this file's own, judged as the policy's [programs] static: a
- * program of another ELF class or machine (a 32-bit or x32 program, an
- * emulated one), which the shim cannot be loaded into; and, while the file
- * is looked at, one that names no loader (static_pie tells the rest). */
+/* Kinds of this file's own, judged as the policy's [programs] static,
+ * which the shim cannot be loaded into: a program of another ELF class or
+ * machine (a 32-bit or x32 program, an emulated one); one whose loader is
+ * not glibc's (musl's: it would fail to start, the shim's libc symbols not
+ * found). Such a program runs without LD_PRELOAD (exec_no_preload). And,
+ * while the file is looked at, one that names no loader (static_pie tells
+ * the rest). */
 #define PO_FOREIGN  PO_KINDS
-#define PO_NOINTERP (PO_KINDS + 1)
+#define PO_OTHERLD  (PO_KINDS + 1)
+#define PO_NOINTERP (PO_KINDS + 2)
 #if defined(__x86_64__)
 #define SHIM_MACHINE EM_X86_64
 #elif defined(__aarch64__)
 #define SHIM_MACHINE EM_AARCH64
 #endif
+
+/* Whether the loader named (N bytes, its NUL included) is glibc's, by its
+ * file's name: ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, wherever it
+ * lies (a Nix store too). musl's is ld-musl-ARCH.so.1. */
+static bool glibc_loader(const char *name, size_t n)
+{
+	const char *end = memchr(name, 0, n), *base = name;
+
+	if (!end)
+		return true;    /* not a name: the kernel's exec fails on it */
+	for (const char *s = name; s < end; s++)
+		if (*s == '/')
+			base = s + 1;
+	return !strncmp(base, "ld-linux-", 9);
+}
 
 /* The kind of the ELF file in BUF (N bytes of its start), or -1; *SHORT:
  * a program header or note lay beyond N (more of the file could change the
@@ -74,7 +94,7 @@ HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
 static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 {
 	Elf64_Ehdr eh;
-	bool interp = false, go = false;
+	bool interp = false, go = false, other = false;
 
 	*short_read = false;
 	if (n < EI_NIDENT || memcmp(buf, ELFMAG, SELFMAG))
@@ -96,8 +116,13 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 			break;
 		}
 		memcpy(&ph, buf + off, sizeof(ph));
-		if (ph.p_type == PT_INTERP)
+		if (ph.p_type == PT_INTERP) {
 			interp = true;
+			if (ph.p_offset + ph.p_filesz > n)
+				*short_read = true;
+			else if (ph.p_filesz)
+				other = !glibc_loader((const char *)buf + ph.p_offset, ph.p_filesz);
+		}
 		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz > n)
 			*short_read = true;
 		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz <= n) {
@@ -117,6 +142,8 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 		return PO_STATIC;
 	if (go)
 		return PO_GO;
+	if (other)
+		return PO_OTHERLD;
 	/* every program header read, and none names a loader */
 	return !interp && eh.e_type == ET_DYN && !*short_read && eh.e_phnum ? PO_NOINTERP : -1;
 }
@@ -322,11 +349,14 @@ HIDDEN bool opaque_program(const char *file)
 	return shim_find_program(file, path) && (kind = kind_of(path, NULL)) >= 0 && kind != PO_LDSO;
 }
 
-static const char *const kind_name[PO_FOREIGN + 1] = {
+static const char *const kind_name[PO_OTHERLD + 1] = {
 	[PO_STATIC] = "a static binary", [PO_SETUID] = "a set-user-ID program",
 	[PO_GO] = "a Go program", [PO_LDSO] = "the dynamic loader run as a program",
 	[PO_FOREIGN] = "a program of another architecture (32-bit, or another machine's)",
+	[PO_OTHERLD] = "a program of another C library (its loader is not glibc's)",
 };
+
+HIDDEN __thread bool exec_no_preload __attribute__((tls_model("initial-exec")));
 
 static bool allow_beneath(int rs, const char *dir, uint64_t access)
 {
@@ -655,7 +685,7 @@ static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, co
 {
 	char why[PATH_MAX + 160];
 
-	if (policy_opaque(pol, kind == PO_FOREIGN ? PO_STATIC : kind) == PO_REFUSE) {
+	if (policy_opaque(pol, kind >= PO_KINDS ? PO_STATIC : kind) == PO_REFUSE) {
 		if (kind == PO_LDSO)
 			snprintf(why, sizeof(why), "[programs] ldso: %s", kind_name[kind]);
 		else
@@ -665,6 +695,7 @@ static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, co
 	}
 	if (kind == PO_LDSO)
 		return 0;       /* it preloads the shim into what it runs: seen into */
+	exec_no_preload = kind >= PO_KINDS;
 	bool confined = policy_landlock(pol) != PL_OFF && landlock_roots(pol, NULL);
 	if (!confined && policy_landlock(pol) == PL_REQUIRE)
 		return shim_refuse("exec", path, NULL, argv, "[policy] landlock = on, but the kernel has none",
@@ -689,6 +720,17 @@ HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *c
 		return 0;
 	kind = kind_of(path, strchr(file ? file : argv[0], '/') ? known : NULL);
 	return kind < 0 ? 0 : opaque_verdict(pol, path, kind, argv);
+}
+
+HIDDEN void opaque_unloadable(const char *file, char *const argv[])
+{
+	char path[PATH_MAX];
+	int kind;
+
+	if (shim_find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path)) {
+		kind = kind_of(path, NULL);
+		exec_no_preload = kind >= PO_KINDS;
+	}
 }
 
 HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[])

@@ -328,6 +328,12 @@ extern HIDDEN __thread bool kind_keep_off __attribute__((tls_model("initial-exec
 HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
 			     const struct stat *known);
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal);
+/* Set by the judgement of an exec (guard_exec): the program is one the
+ * shim cannot be loaded into (another C library's, another architecture's),
+ * so env_fix passes it no LD_PRELOAD. opaque_unloadable sets it where the
+ * policy does not judge programs (audit, off). */
+extern HIDDEN __thread bool exec_no_preload __attribute__((tls_model("initial-exec")));
+HIDDEN void opaque_unloadable(const char *file, char *const argv[]);
 /* FILE as execvp would find it through PATH, into OUT (false: not found). */
 HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX]);
 /* Whether the program FILE names (through PATH) is one the shim cannot see

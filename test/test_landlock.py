@@ -157,6 +157,54 @@ def test_programs_no_loader_preloads_into_get_a_layer_of_their_own(scratch_polic
     assert r.stderr.count("another architecture") == 2, r.stderr
 
 
+MUSL_WRITE = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+	int fd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0) {
+		perror(argv[1]);
+		return 3;
+	}
+	return write(fd, "musl\n", 5) == 5 ? 0 : 4;
+}
+"""
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_a_program_of_another_c_library_runs_confined_without_the_shim(scratch_policy, tmp_path):
+    """A program whose loader is musl's cannot load the shim (glibc's
+    symbols are not there: it would not start at all). It runs as a
+    program the shim cannot see into: without LD_PRELOAD, with the
+    warning and a Landlock layer of its own, in enforce mode and in
+    audit mode alike; refused where [programs] static = refuse."""
+    ws, outside, pol, _ = scratch_policy
+    prog = tmp_path / "muslw"
+    if subprocess.run(["musl-gcc", "-O2", "-x", "c", "-", "-o", str(prog)], input=MUSL_WRITE.encode(),
+                      capture_output=True).returncode:
+        pytest.skip("no musl-gcc (Debian's musl-tools)")
+    r = run(ws, pol, tmp_path, f"{prog} {ws}/made; echo $?; {prog} {outside}/made; echo $?")
+    assert r.stdout.split() == ["0", "3"], r.stdout + r.stderr
+    assert (ws / "made").read_text() == "musl\n" and not (outside / "made").exists()
+    assert "Permission denied" in r.stderr and "Error relocating" not in r.stderr, r.stderr
+    assert r.stderr.count("another C library") == 2, r.stderr
+    # env -i does not bring the shim back into it, and a glibc program it is
+    # not the parent of still gets the shim
+    r = run(ws, pol, tmp_path, f"env -i {prog} {ws}/again; echo $?; env -i sh -c 'echo $LD_PRELOAD'")
+    assert r.stdout.split() == ["0", SHIM], r.stdout + r.stderr
+    audit = tmp_path / "audit.ini"
+    audit.write_text(f"[policy]\nmode = audit\n[paths]\nwritable = {ws}\n")
+    r = run(ws, audit, tmp_path, f"{prog} {ws}/audited; echo $?")
+    assert r.stdout.split() == ["0"] and (ws / "audited").exists(), r.stdout + r.stderr
+    refuse = tmp_path / "refuse.ini"
+    refuse.write_text(f"[paths]\nwritable = {ws}\n[programs]\nstatic = refuse\n")
+    r = run(ws, refuse, tmp_path, f"{prog} {ws}/refused; echo $?")
+    assert r.stdout.split() == ["126"] and not (ws / "refused").exists(), r.stdout + r.stderr
+    assert "[programs] static" in r.stderr, r.stderr
+
+
 URING = r"""
 #include <stdio.h>
 #include <string.h>
