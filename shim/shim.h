@@ -206,7 +206,7 @@ struct shim_state {
 	char *self;                    /* this library's path, for LD_PRELOAD */
 	uint32_t txn;                  /* 0 in the root: its own txn is taken lazily */
 	bool root;                     /* the session's first process (FTSBX_ROOT) */
-	bool machinery;                /* started by a starter as its machinery, in txn 0 (txn.c) */
+	bool machinery;                /* a multiprocessing process a starter started: a starter (txn.c) */
 	bool created;                  /* this process created the session */
 	bool policy_given;             /* ftsbx run compiled the policy for this root (state.c) */
 	bool txn_fresh;                /* a tool call's child: J_TXN_BEGIN not written yet */

@@ -41,9 +41,11 @@
  *
  * Children that are the agent's own machinery rather than tool calls
  * (Python's multiprocessing workers and resource tracker, by default; the
- * FTSBX_NOT_TOOL_CALLS patterns otherwise) run in transaction 0, and are
- * starters: a worker of a spawn or forkserver pool runs the agent's tool
- * calls as the root would.
+ * FTSBX_NOT_TOOL_CALLS patterns otherwise) are no transaction of the
+ * root's. Python's are starters: a worker of a spawn or forkserver pool
+ * runs the agent's code as the root does, its tool calls and its own
+ * writes alike. Other machinery runs in transaction 0, with everything it
+ * starts.
  *
  * The root learns each tool call's command line for the reaping (the
  * policy's [rewind] exceptions judge it) through a shared mapping it makes
@@ -350,7 +352,7 @@ HIDDEN uint32_t shim_txn(void)
 		return vf.child ? vf.txn : vf.spawn;
 	if (__builtin_expect(!__atomic_load_n(&shell, __ATOMIC_RELAXED), 0) && shim.txn && !fork_key)
 		(void)starter();        /* a session shell? (cut its own writes from its tool call) */
-	if (!shim.txn && shim.session_open && !shim.machinery && starter()) {
+	if (!shim.txn && shim.session_open && starter()) {
 		shim.txn = jsession_next_txn(&shim.s);
 		write_txn_record(J_TXN_BEGIN, shim.txn, getpid(), 0, false, 0);
 	} else if (shim.txn_fresh && shim.txn) {
@@ -1124,7 +1126,9 @@ static bool starter(void)
 
 	/* The agent's machinery (a multiprocessing worker, spawned or from
 	 * the forkserver) runs the agent's code too: a tool call it starts is
-	 * one as the root's are. Its own writes stay in transaction 0. */
+	 * one as the root's are, and its own writes form transactions of
+	 * their own as the root's do (in transaction 0, no rewind of a tool
+	 * call that it wrote after could name what to rewind first). */
 	if (shim.root || shim.machinery)
 		return true;
 	/* A fork of the root that has not exec'd is the agent itself, as a

@@ -1345,3 +1345,43 @@ def test_tool_calls_of_forked_workers_are_transactions_of_their_own(tmp_path, ho
     out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j")], capture_output=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+WORKER_EDIT = textwrap.dedent("""
+    import multiprocessing as mp, subprocess, sys
+    from concurrent.futures import ProcessPoolExecutor
+    def edit(path, text):
+        with open(path, "w") as f:
+            f.write(text)
+    if __name__ == "__main__":
+        with ProcessPoolExecutor(1, mp_context=mp.get_context(sys.argv[1])) as pool:
+            subprocess.run(["sh", "-c", "echo v1 > f.txt"], check=True)
+            pool.submit(edit, "f.txt", "v2\\n").result()
+            subprocess.run(["sh", "-c", "echo tool2 > g.txt"], check=True)
+""")
+
+
+@pytest.mark.parametrize("how", ["fork", "spawn", "forkserver"])
+def test_a_pool_workers_own_writes_are_a_transaction_of_their_own(tmp_path, how):
+    """The agent's own code running in a pool's worker (any start method)
+    writes in a transaction of its own, as the root's own writes are:
+    not in transaction 0, so that the rewind of an earlier tool call can
+    name it as the later one to rewind first, and rewinding it alone gives
+    back the tool call's file."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    r = run_script(tmp_path, ws, "pool_edit.py", WORKER_EDIT, how, timeout=120, FTSBX_ON_FAILURE="keep")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "f.txt").read_text() == "v2\n"
+    log = subprocess.run([TXREPLAY, "log", str(tmp_path / "j"), "--json"], capture_output=True, text=True)
+    recs = [json.loads(l) for l in log.stdout.splitlines()]
+    first = [x["txn"] for x in recs if (x.get("path") or "").endswith("/f.txt") and x["op"] == "create"]
+    edit = [x["txn"] for x in recs if (x.get("path") or "").endswith("/f.txt") and x["op"] == "content"]
+    assert len(first) == 1 and len(edit) == 1 and edit[0] not in (0, first[0]), (first, edit)
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j"), "--txn", str(first[0])], capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and f"later transactions {edit[0]} " in out.stderr, out.stderr
+    out = subprocess.run([TXREPLAY, "rewind", str(tmp_path / "j"), "--txn", str(edit[0])], capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and (ws / "f.txt").read_text() == "v1\n", out.stdout + out.stderr
+    rewind_whole(tmp_path, ws, before)
