@@ -665,7 +665,44 @@ EXPORT int system(const char *cmd)
 	SHELL_HOOK(REAL(system)(cmd), 127 << 8, cmd, txn_system_done(key, r_));
 }
 
+/* The tool calls popen started, by their stream, until pclose reaps them
+ * (inside libc, where no wait hook sees it): a root that runs its tool
+ * calls through popen (a C agent, ctypes) gets each ended, and rewound on
+ * failure, as system's are. A stream that finds no free entry (64 open
+ * at once) is not followed: its tool call stays without an end, as a
+ * killed root's. */
+static struct { FILE *f; uint32_t key; } popened[64];
+
+static void popen_keep(FILE *f, uint32_t key)
+{
+	if (!f || !key)
+		return;
+	for (size_t i = 0; i < sizeof(popened) / sizeof(popened[0]); i++) {
+		FILE *none = NULL;
+		if (__atomic_compare_exchange_n(&popened[i].f, &none, (FILE *)1, false, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED)) {
+			popened[i].key = key;
+			__atomic_store_n(&popened[i].f, f, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+/* The key of the tool call F's popen started (0: none), forgotten. */
+HIDDEN uint32_t popen_forget(FILE *f)
+{
+	for (size_t i = 0; f && i < sizeof(popened) / sizeof(popened[0]); i++)
+		if (__atomic_load_n(&popened[i].f, __ATOMIC_ACQUIRE) == f) {
+			uint32_t key = popened[i].key;
+			FILE *mine = f;
+			if (__atomic_compare_exchange_n(&popened[i].f, &mine, NULL, false, __ATOMIC_ACQ_REL,
+							__ATOMIC_RELAXED))
+				return key;
+		}
+	return 0;
+}
+
 EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-	SHELL_HOOK(REAL(popen)(cmd, mode), NULL, cmd, (void)key);
+	SHELL_HOOK(REAL(popen)(cmd, mode), NULL, cmd, popen_keep(r_, key));
 }

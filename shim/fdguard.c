@@ -142,20 +142,34 @@ EXPORT int fclose(FILE *f)
 	return REAL(fclose)(f);
 }
 
-/* The other calls that close a stream's descriptor inside libc: pclose
- * (of an fdopen'd stream it is glibc's fclose), endmntent, and libio's
- * exported insides. */
+/* The other calls that close a stream's descriptor inside libc: endmntent,
+ * and libio's exported insides. */
 #define STREAM_CLOSE_HOOK(name)                           \
 	EXPORT int name(FILE *f)                          \
 	{                                                 \
 		stream_closing(f);                        \
 		return REAL(name)(f);                     \
 	}
-STREAM_CLOSE_HOOK(pclose)
 STREAM_CLOSE_HOOK(endmntent)
 STREAM_CLOSE_HOOK(_IO_proc_close)
 STREAM_CLOSE_HOOK(_IO_file_close)
 STREAM_CLOSE_HOOK(_IO_file_close_it)
+
+/* pclose reaps popen's child inside libc: a tool call popen started ends
+ * there (exec.c), and is rewound on failure before the caller sees the
+ * status. */
+EXPORT int pclose(FILE *f)
+{
+	uint32_t key = popen_forget(f);
+	int r, e;
+
+	stream_closing(f);
+	r = REAL(pclose)(f);
+	e = errno;
+	txn_system_done(key, r);
+	errno = e;
+	return r;
+}
 
 EXPORT void _IO_file_finish(FILE *f, int dealloc)
 {

@@ -261,6 +261,8 @@ HIDDEN int spawn_opens_check(const void *fa, uint32_t t);
 extern HIDDEN int spawn_opens_lock_word;
 HIDDEN void txn_spawned(pid_t pid, uint32_t key);
 HIDDEN void txn_system_done(uint32_t key, int status);
+/* exec.c: the key of the tool call popen started for stream F (0: none), forgotten. */
+HIDDEN uint32_t popen_forget(FILE *f);
 
 /* guard.c: the policy. Each returns 0 (go on) or the errno that refuses;
  * guard_write returns 1 for a path that is written but not journaled. */

@@ -1385,3 +1385,49 @@ def test_a_pool_workers_own_writes_are_a_transaction_of_their_own(tmp_path, how)
                          text=True)
     assert out.returncode == 0 and (ws / "f.txt").read_text() == "v1\n", out.stdout + out.stderr
     rewind_whole(tmp_path, ws, before)
+
+
+POPEN_AGENT = r"""
+#include <stdio.h>
+#include <sys/wait.h>
+/* a C agent loop: each tool call through popen, its status from pclose */
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		char buf[256];
+		FILE *p = popen(argv[i], "r");
+		if (!p)
+			return 9;
+		while (fgets(buf, sizeof(buf), p))
+			printf("out %d: %s", i, buf);
+		int st = pclose(p);
+		printf("status %d: %d\n", i, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+	}
+	return 0;
+}
+"""
+
+
+def test_a_tool_call_through_popen_ends_at_pclose_and_is_rewound_on_failure(tmp_path):
+    """pclose reaps popen's child inside libc, where no wait hook sees it:
+    the tool call ends there, with its status, and a failed one is rewound
+    before pclose returns, as system's are."""
+    ws = setup_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    agent = tmp_path / "popen_agent"
+    subprocess.run(["gcc", "-O2", "-x", "c", "-", "-o", str(agent)], input=POPEN_AGENT.encode(), check=True)
+    r = subprocess.run([str(agent), "echo bad > state.txt; rm -f a.txt; exit 3", "cat state.txt",
+                        "echo one >> state.txt", "kill -9 $$"],
+                       cwd=ws, env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["status 1: 3", "out 2: zero", "status 2: 0", "status 3: 0",
+                                     "status 4: 137"], r.stdout + r.stderr
+    assert (ws / "state.txt").read_text() == "zero\none\n"
+    rows = [json.loads(l) for l in subprocess.run([TXREPLAY, "list", str(tmp_path / "j"), "--json"],
+                                                  capture_output=True, text=True).stdout.splitlines()]
+    ended = {" ".join(row["argv"] or []): (row["status"], row["rewound"]) for row in rows if row["txn"]}
+    assert ended["sh -c echo bad > state.txt; rm -f a.txt; exit 3"] == (3, "yes"), ended
+    assert ended["sh -c echo one >> state.txt"][0] == 0, ended
+    assert ended["sh -c kill -9 $$"][0] == 128 + 9, ended
+    rewind_whole(tmp_path, ws, before)
