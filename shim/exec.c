@@ -672,6 +672,7 @@ EXPORT int system(const char *cmd)
  * at once) is not followed: its tool call stays without an end, as a
  * killed root's. */
 static struct { FILE *f; uint32_t key; } popened[64];
+static unsigned popened_n HOT_DATA;     /* how many are kept: most processes keep none */
 
 static void popen_keep(FILE *f, uint32_t key)
 {
@@ -683,21 +684,28 @@ static void popen_keep(FILE *f, uint32_t key)
 						__ATOMIC_RELAXED)) {
 			popened[i].key = key;
 			__atomic_store_n(&popened[i].f, f, __ATOMIC_RELEASE);
+			__atomic_add_fetch(&popened_n, 1, __ATOMIC_RELEASE);
 			return;
 		}
 	}
 }
 
-/* The key of the tool call F's popen started (0: none), forgotten. */
+/* The key of the tool call F's popen started (0: none), forgotten: at
+ * pclose, and at an fclose of the stream (glibc's reaps the child too, its
+ * status lost), so that no later stream at the same address finds it. */
 HIDDEN uint32_t popen_forget(FILE *f)
 {
+	if (!__atomic_load_n(&popened_n, __ATOMIC_ACQUIRE))
+		return 0;
 	for (size_t i = 0; f && i < sizeof(popened) / sizeof(popened[0]); i++)
 		if (__atomic_load_n(&popened[i].f, __ATOMIC_ACQUIRE) == f) {
 			uint32_t key = popened[i].key;
 			FILE *mine = f;
 			if (__atomic_compare_exchange_n(&popened[i].f, &mine, NULL, false, __ATOMIC_ACQ_REL,
-							__ATOMIC_RELAXED))
+							__ATOMIC_RELAXED)) {
+				__atomic_sub_fetch(&popened_n, 1, __ATOMIC_RELEASE);
 				return key;
+			}
 		}
 	return 0;
 }

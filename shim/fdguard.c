@@ -139,6 +139,7 @@ static void stream_closing(FILE *f)
 EXPORT int fclose(FILE *f)
 {
 	stream_closing(f);
+	popen_forget(f);
 	return REAL(fclose)(f);
 }
 
