@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -343,6 +344,20 @@ int jrewind(const char *dir, const struct jrewind_opts *o, struct jrewind_stats 
 /* Undo one record against the filesystem (idempotent). 0 done, 1 already in
  * the pre-image state, -errno on failure with a message in MSG. */
 int jundo(const struct jreader *r, const struct jrecord *c, char *msg, size_t msglen);
+/* What a rewind knows beyond one record, for jundo_hinted. A regular
+ * file's pre-image on another filesystem than the journal's is a copy (no
+ * hard link could keep its inode): its undo brings it back as a new inode.
+ * ALIAS (dev, ino; ino 0: none): that new inode, where a J_RENAME finds
+ * the file it moved. OTHER_NAME (NULL: none): a path, into OUT, that holds
+ * the inode a removed file with other hard links (J: its metadata) was, or
+ * the new one it came back as; false when none does. */
+struct jundo_hints {
+	uint64_t alias[2];
+	bool (*other_name)(void *ctx, const char *path, const struct jstat *j, char out[PATH_MAX]);
+	void *ctx;
+};
+int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct jundo_hints *h, char *msg,
+		 size_t msglen);
 
 /* ---- helpers shared by both halves ------------------------------------ */
 

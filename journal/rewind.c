@@ -14,6 +14,7 @@
  *
  * Path tables are uthash tables; this runs in txreplay, so it allocates.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -127,6 +128,12 @@ struct rw {
 	struct kent *held;             /* paths left alone after drift or failure */
 	struct kent *touched;          /* paths this run changed, and their parents */
 	struct kent *inodes;           /* dev+ino this run changed */
+	struct kent *markino;          /* seq -> the inode number its J_REWOUND mark names */
+	struct kent *renewed;          /* dev+ino of a regular file an undo brought back as a new inode -> its number */
+	struct kent *names;            /* dev+ino -> its name in namelist (other_name) */
+	char **namelist;
+	size_t nnames, capnames;
+	bool names_read;
 	struct jsession s;
 	struct jseg g;
 	bool seg_open;
@@ -162,6 +169,130 @@ static void report_damage(struct rw *w)
 	}
 }
 
+/* Record C's undo (a J_CONTENT or J_REMOVE) left inode INO at its path:
+ * a regular file's pre-image that was a copy (another filesystem than the
+ * journal's) came back as a new inode, which an earlier J_RENAME of the
+ * old one then finds where it left it (jundo_alias). */
+static void renewed(struct rw *w, const struct jrecord *c, uint64_t ino)
+{
+	struct jstat j;
+
+	if ((c->type != J_CONTENT && c->type != J_REMOVE) || !jrec_stat(c, F_STAT, &j) || !S_ISREG(j.mode) ||
+	    !ino || ino == j.ino)
+		return;
+	uint64_t k[2] = { j.dev, j.ino };
+	kt_put(&w->renewed, k, sizeof(k), 0)->v = (int64_t)ino;
+}
+
+/* The names in the directories the journal's paths lie in, by the dev+ino
+ * their entries hold: read at the first need (a removed file with other
+ * hard links, its pre-image a copy), and kept up as undos bring files back
+ * (apply). A name found here is looked at again before it is used. */
+static void names_put(struct rw *w, uint64_t dev, uint64_t ino, const char *path)
+{
+	uint64_t k[2] = { dev, ino };
+	struct kent *e = kt_put(&w->names, k, sizeof(k), -1);
+
+	if (e->v < 0) {
+		if (w->nnames == w->capnames) {
+			w->capnames = w->capnames ? 2 * w->capnames : 64;
+			w->namelist = must(realloc(w->namelist, w->capnames * sizeof(*w->namelist)));
+		}
+		w->namelist[w->nnames] = NULL;
+		e->v = (int64_t)w->nnames++;
+	}
+	free(w->namelist[e->v]);
+	w->namelist[e->v] = must(strdup(path));
+}
+
+static void names_read_dir(struct rw *w, const char *dir)
+{
+	char p[PATH_MAX];
+	struct dirent *de;
+	struct stat ds;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	if (fstat(dirfd(d), &ds) == 0)
+		while ((de = readdir(d)))
+			if ((de->d_type == DT_REG || de->d_type == DT_UNKNOWN) &&
+			    (size_t)snprintf(p, sizeof(p), "%s/%s", strcmp(dir, "/") ? dir : "", de->d_name) < sizeof(p))
+				names_put(w, (uint64_t)ds.st_dev, (uint64_t)de->d_ino, p);
+	closedir(d);
+}
+
+static void names_read(struct rw *w)
+{
+	struct kent *dirs = NULL;
+	char dir[PATH_MAX];
+
+	w->names_read = true;
+	for (size_t i = 0; i < w->n; i++)
+		for (int k = 0; k < 2; k++) {
+			const char *p = k ? w->path2[i] : w->path[i];
+			if (p && *p && jpath_parent(p, dir) && !pt_find(dirs, dir)) {
+				pt_put(&dirs, dir, 0);
+				names_read_dir(w, dir);
+			}
+		}
+	kt_free(&dirs);
+}
+
+/* P holds the inode J was (INO: or the one it came back as): a regular file
+ * of its device, number, size and modification time. */
+static bool holds(const char *p, const struct jstat *j, uint64_t ino)
+{
+	struct stat s;
+
+	return lstat(p, &s) == 0 && S_ISREG(s.st_mode) && (uint64_t)s.st_dev == j->dev &&
+	       (uint64_t)s.st_ino == ino && (uint64_t)s.st_size == j->size &&
+	       (int64_t)s.st_mtim.tv_sec * 1000000000 + s.st_mtim.tv_nsec == j->mtime_ns;
+}
+
+/* jundo_hints.other_name: a name that holds the inode of the removed file
+ * PATH (J), else the new one it came back as, in any directory the
+ * journal's paths lie in (where hard links made by `ln`, `cp -al` or a
+ * tool call are). */
+static bool other_name(void *ctx, const char *path, const struct jstat *j, char out[PATH_MAX])
+{
+	struct rw *w = ctx;
+	uint64_t k[2] = { j->dev, j->ino };
+	struct kent *r = kt_find(w->renewed, k, sizeof(k));
+
+	(void)path;
+	if (!w->names_read)
+		names_read(w);
+	for (int t = 0; t < 2; t++) {
+		if (t) {
+			if (!r)
+				break;
+			k[1] = (uint64_t)r->v;
+		}
+		struct kent *e = kt_find(w->names, k, sizeof(k));
+		const char *p = e ? w->namelist[e->v] : NULL;
+		if (p && strlen(p) < PATH_MAX && holds(p, j, k[1])) {
+			strcpy(out, p);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The inode a J_RENAME's file (J: its metadata) is now, when an undo brought
+ * it back as a new one: into ALIAS (dev, ino); false when none did. */
+static bool renamed_alias(const struct rw *w, const struct jstat *j, uint64_t alias[2])
+{
+	uint64_t k[2] = { j->dev, j->ino };
+	struct kent *e = S_ISREG(j->mode) ? kt_find(w->renewed, k, sizeof(k)) : NULL;
+
+	if (!e)
+		return false;
+	alias[0] = j->dev;
+	alias[1] = (uint64_t)e->v;
+	return true;
+}
+
 /* Index the records: marks, transaction ends, paths of undo records. */
 static void index_records(struct rw *w)
 {
@@ -177,8 +308,12 @@ static void index_records(struct rw *w)
 		if (c->type == J_REWOUND && jrec_u64(c, F_SEQREF, &ref)) {
 			kt_max(nt_put(&w->marks, ref, c->time_ns), c->time_ns);
 			/* the inode that undo touched settles then, under every name */
-			if (c->f[F_INODE].present && c->f[F_INODE].n == 16)
+			if (c->f[F_INODE].present && c->f[F_INODE].n == 16) {
+				uint64_t ino[2];
+				memcpy(ino, c->f[F_INODE].p, sizeof(ino));
 				kt_max(kt_put(&w->isettle, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
+				nt_put(&w->markino, ref, 0)->v = (int64_t)ino[1];
+			}
 		} else if (c->type == J_UNDOING && c->f[F_INODE].present && c->f[F_INODE].n == 16) {
 			/* an undo began here; if its run was killed before
 			 * the mark, the inode's ctime is that run's own */
@@ -202,8 +337,12 @@ static void index_records(struct rw *w)
 		}
 	}
 	for (size_t i = 0; i < w->n; i++)
-		if ((w->state[i] & R_UNDO) && nt_find(w->marks, w->r.rec[i].seq))
+		if ((w->state[i] & R_UNDO) && nt_find(w->marks, w->r.rec[i].seq)) {
+			struct kent *m = nt_find(w->markino, w->r.rec[i].seq);
 			w->state[i] |= R_REWOUND;
+			if (m)
+				renewed(w, &w->r.rec[i], (uint64_t)m->v);
+		}
 }
 
 /* ---- selection ---------------------------------------------------------- */
@@ -509,14 +648,17 @@ static void touch_path(struct rw *w, const char *p, const struct stat *s)
  * Type, owner, mode, size and the mtime to the nanosecond (which rewind
  * restores and no edit reproduces) must all match; a rename is back when
  * its source holds the renamed inode again. */
-static bool looks_restored(const struct jrecord *c, const struct stat *s)
+static bool looks_restored(const struct rw *w, const struct jrecord *c, const struct stat *s)
 {
+	uint64_t alias[2];
 	struct jstat j;
 
 	if (c->type == J_CREATE || !jrec_stat(c, F_STAT, &j))
 		return false;
 	if (c->type == J_RENAME)
-		return (uint64_t)s->st_dev == j.dev && (uint64_t)s->st_ino == j.ino;
+		return ((uint64_t)s->st_dev == j.dev && (uint64_t)s->st_ino == j.ino) ||
+		       (renamed_alias(w, &j, alias) && (uint64_t)s->st_dev == alias[0] &&
+			(uint64_t)s->st_ino == alias[1]);
 	if ((s->st_mode & S_IFMT) != (j.mode & S_IFMT) || s->st_uid != j.uid || s->st_gid != j.gid)
 		return false;
 	if (!S_ISLNK(s->st_mode) && (s->st_mode & 07777) != (j.mode & 07777))
@@ -547,7 +689,7 @@ static bool drifted(struct rw *w, size_t i, const struct stat *s)
 	struct kent *u = kt_find(w->undoing, k, sizeof(k));
 	if (u && ctime_ns(s) >= u->v - COARSE_NS && (!is || is->v < u->v))
 		return false;           /* an interrupted run of ours changed it */
-	return !looks_restored(c, s);
+	return !looks_restored(w, c, s);
 }
 
 static bool is_held(struct rw *w, size_t i)
@@ -651,8 +793,17 @@ static int apply(struct rw *w, size_t i, const struct stat *const before[2], con
 		say(w, 2, "cannot write into '%s': %s", w->dir, strerror(-err));
 		return err;
 	}
-	ret = jundo(&w->r, c, msg, sizeof(msg));
+	struct jstat j;
+	struct jundo_hints h = { .other_name = other_name, .ctx = w };
+	if (c->type == J_RENAME && jrec_stat(c, F_STAT, &j))
+		renamed_alias(w, &j, h.alias);
+	ret = jundo_hinted(&w->r, c, &h, msg, sizeof(msg));
 	*after = look(w->path[i], buf);
+	if (ret >= 0 && *after && S_ISREG((*after)->st_mode)) {
+		renewed(w, c, (uint64_t)(*after)->st_ino);
+		if (w->names_read)
+			names_put(w, (uint64_t)(*after)->st_dev, (uint64_t)(*after)->st_ino, w->path[i]);
+	}
 	if (!ino[1] && *after) {
 		ino[0] = (uint64_t)(*after)->st_dev;
 		ino[1] = (uint64_t)(*after)->st_ino;
@@ -754,6 +905,12 @@ static void cleanup(struct rw *w)
 	kt_free(&w->held);
 	kt_free(&w->touched);
 	kt_free(&w->inodes);
+	kt_free(&w->markino);
+	kt_free(&w->renewed);
+	kt_free(&w->names);
+	for (size_t i = 0; i < w->nnames; i++)
+		free(w->namelist[i]);
+	free(w->namelist);
 	if (w->seg_open) {
 		jseg_close(&w->g);
 		jsession_close(&w->s);

@@ -32,6 +32,7 @@ struct undo {
 	char *msg;
 	size_t msglen;
 	bool changed;          /* restore_meta() changed something */
+	const struct jundo_hints *h;   /* never NULL */
 };
 
 /* Say "cannot WHAT 'PATH': strerror" and return ERR (negative). */
@@ -518,6 +519,18 @@ static int relink_inode(struct undo *u)
 	return 0;
 }
 
+/* A removed file that had other hard links, its pre-image a copy: link
+ * the inode another name still holds (or the one it came back as) to the
+ * path again, so that the names share it as before. False when no name
+ * holds it (a copy is written instead). */
+static bool relink_other_name(struct undo *u)
+{
+	char other[PATH_MAX];
+
+	return u->st.nlink > 1 && u->h->other_name && u->h->other_name(u->h->ctx, u->path, &u->st, other) &&
+	       link(other, u->path) == 0;
+}
+
 /* What a removal's undo restores of the metadata: everything, but the
  * xattrs of a kept inode that has its own (JR_INODE_XATTRS: the record does
  * not list them, and nothing could change them while only objects/ named
@@ -540,7 +553,7 @@ static int recreate(struct undo *u)
 	case S_IFREG:
 		if (u->c->f[F_INODE].present)
 			err = relink_inode(u);
-		else
+		else if (!relink_other_name(u))
 			return rewrite_file(u, u->path);
 		break;
 	case S_IFLNK:
@@ -593,6 +606,14 @@ static int undo_remove(struct undo *u)
 	return !u->changed;
 }
 
+/* CUR is the file the rename moved: its inode, or the one a later
+ * record's undo brought it back as (the hints' alias). */
+static bool renamed_file(const struct undo *u, const struct stat *cur)
+{
+	return same_inode(cur, u->st.dev, u->st.ino) ||
+	       (u->h->alias[1] && same_inode(cur, u->h->alias[0], u->h->alias[1]));
+}
+
 static int undo_rename(struct undo *u)
 {
 	struct stat cur;
@@ -603,7 +624,7 @@ static int undo_rename(struct undo *u)
 		return failf(u, -EBADMSG, "seq %llu: rename without a target path",
 			     (unsigned long long)u->c->seq);
 	jrec_u32(u->c, F_FLAGS, &flags);
-	if (lstat(u->path, &cur) == 0 && same_inode(&cur, u->st.dev, u->st.ino))
+	if (lstat(u->path, &cur) == 0 && renamed_file(u, &cur))
 		return 1;
 	if (!strcmp(u->path, u->path2))
 		return 1;               /* a rename onto itself changes nothing */
@@ -619,11 +640,11 @@ static int undo_rename(struct undo *u)
 	 * Found at the source, the rename is undone already (or the rename
 	 * itself failed, after its record was written). */
 	bool at_to = lstat(u->path2, &cur) == 0 &&
-		     (same_inode(&cur, u->st.dev, u->st.ino) ||
+		     (renamed_file(u, &cur) ||
 		      (!S_ISREG(cur.st_mode) && (cur.st_mode & S_IFMT) == (u->st.mode & S_IFMT)));
 	struct stat src;
 	if (lstat(u->path, &src) == 0 && (src.st_mode & S_IFMT) == (u->st.mode & S_IFMT) &&
-	    (!at_to || !same_inode(&cur, u->st.dev, u->st.ino)))
+	    (!at_to || !renamed_file(u, &cur)))
 		return 1;
 	if (!at_to)
 		return failf(u, -ESTALE, "cannot rename '%s' back to '%s': renamed path is gone or "
@@ -671,7 +692,15 @@ static const struct {
 
 int jundo(const struct jreader *r, const struct jrecord *c, char *msg, size_t msglen)
 {
-	struct undo u = { .r = r, .c = c, .msg = msg, .msglen = msglen };
+	static const struct jundo_hints none;
+
+	return jundo_hinted(r, c, &none, msg, msglen);
+}
+
+int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct jundo_hints *h, char *msg,
+		 size_t msglen)
+{
+	struct undo u = { .r = r, .c = c, .msg = msg, .msglen = msglen, .h = h };
 	int ret;
 
 	if (msglen)
