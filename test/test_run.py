@@ -216,3 +216,23 @@ def test_run_judges_its_own_command_as_a_tool_call(tmp_path, argv):
     log = subprocess.run([os.path.join(BUILD, "txreplay"), "log", str(tmp_path / "j")], capture_output=True,
                          text=True)
     assert "refuse" in log.stdout, log.stdout
+
+
+def test_run_inside_a_session_is_refused_and_the_outer_journal_keeps_everything(tmp_path):
+    """`ftsbx run --journal DIR` run by a session's process would take its
+    command's changes out of the outer journal (and its policy could
+    loosen the outer one): refused, also with its environment emptied (the
+    shim passes the session's variables on), and the outer rewind gives
+    back the whole tree."""
+    ws = make_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    inner = f"{FTSBX} run --journal {tmp_path}/j2 --policy /dev/null -- bash -c 'echo x >> a.txt; rm -rf sub'"
+    r = run(tmp_path, "--", "bash", "-c", f"{inner}; echo $?; env -i {inner}; echo $?; echo outer >> a.txt")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["126", "126"], r.stdout + r.stderr
+    assert r.stderr.count("refused 'ftsbx run': already inside the session") == 2, r.stderr
+    assert not (tmp_path / "j2").exists()
+    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))

@@ -344,6 +344,19 @@ int cmd_run(int argc, char **argv)
 	}
 	if (i + 1 >= argc || (strcmp(onfail, "rewind") && strcmp(onfail, "keep")))
 		return run_usage();
+	/* Inside a session already (run by one of its processes: the shim
+	 * keeps FTSBX_ROOT and LD_PRELOAD in every environment it passes on),
+	 * a session of its own would take the command's changes out of the
+	 * outer journal, which then could not rewind them, and its policy
+	 * could loosen the outer one's: refused. */
+	const char *outer = getenv("FTSBX_ROOT"), *pre = getenv("LD_PRELOAD");
+	if (outer && *outer && pre && strstr(pre, "libftsbx")) {
+		const char *oj = getenv("FTSBX_JOURNAL");
+		fprintf(stderr, "ftsbx: refused 'ftsbx run': already inside the session of '%s' (its root %s); "
+			"a nested session would take the command's changes out of that journal: run it directly\n",
+			oj ? oj : "?", outer);
+		return 126;
+	}
 	if (jarg && jarg[0] == '/') {
 		snprintf(journal, sizeof(journal), "%s", jarg);
 	} else if (jarg) {
