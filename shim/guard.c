@@ -21,6 +21,9 @@
  * In audit mode a refusal is recorded and reported and the call goes on; in
  * off mode nothing is asked.
  */
+#include <dirent.h>
+#include <stdio.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <sys/ptrace.h>
 #include <sys/auxv.h>
@@ -944,6 +947,49 @@ HIDDEN int guard_signal(pid_t target, int sig)
 	return judge_target(target, sig, what);
 }
 
+/* A process of group PGRP outside the session, or 0. The kernel keeps a
+ * session's signals in (Landlock's scope), not its changes of a group's
+ * priority: a group the session shares with its harness (started without
+ * job control) holds processes that are not the session's. getdents64, not
+ * readdir: no heap in a hook. */
+static pid_t group_outsider(pid_t pgrp)
+{
+	char buf[4096], path[64], stat[512];
+	pid_t found = 0;
+	long n;
+	int d = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (d < 0)
+		return 0;
+	while (!found && (n = syscall(SYS_getdents64, d, buf, sizeof(buf))) > 0)
+		for (long off = 0; off < n && !found;) {
+			const struct dirent64 *e = (const struct dirent64 *)(buf + off);
+			const char *end, *close_paren;
+			long pid = proc_number(e->d_name, &end);
+			off += e->d_reclen;
+			if (pid <= 0 || *end || pid == shim_pid())
+				continue;
+			snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+			int fd = open(path, O_RDONLY | O_CLOEXEC);
+			ssize_t k = fd >= 0 ? read(fd, stat, sizeof(stat) - 1) : -1;
+			if (fd >= 0)
+				close(fd);
+			if (k <= 0)
+				continue;
+			stat[k] = 0;
+			/* "PID (COMM) STATE PPID PGRP ...": COMM may hold anything */
+			if (!(close_paren = strrchr(stat, ')')))
+				continue;
+			long ppid, grp;
+			char st;
+			if (sscanf(close_paren + 1, " %c %ld %ld", &st, &ppid, &grp) == 3 && grp == pgrp &&
+			    !in_session((pid_t)pid))
+				found = (pid_t)pid;
+		}
+	close(d);
+	return found;
+}
+
 /* A change of another process that is as good as a signal (its limits,
  * priority, scheduling, memory): judged as SIGKILL would be, named by OP. */
 HIDDEN int guard_process(pid_t target, const char *op)
@@ -955,6 +1001,30 @@ HIDDEN int guard_process(pid_t target, const char *op)
 		return 0;
 	snprintf(what, sizeof(what), "%s %d", op, (int)target);
 	return judge_target(target, SIGKILL, what);
+}
+
+/* The same change of process group WHO (0: the caller's own): of every
+ * process in it. The caller's group may be its harness's (started without
+ * job control), or one whose leader is not in this pid namespace at all
+ * (getpgrp() is 0 there). */
+HIDDEN int guard_group(pid_t who, const char *op)
+{
+	pid_t pgrp = who ? who : getpgrp(), out;
+	char what[64];
+	int err;
+
+	ready();
+	if (mode == PM_OFF)
+		return 0;
+	if (pgrp > 0 && pgrp != shim_pid()) {
+		snprintf(what, sizeof(what), "%s %d", op, (int)-pgrp);
+		if ((err = judge_target(-pgrp, SIGKILL, what)))
+			return err;
+	}
+	if (!(out = group_outsider(pgrp)))
+		return 0;
+	snprintf(what, sizeof(what), "%s %d (its process %d)", op, (int)-pgrp, (int)out);
+	return judge_target(out, SIGKILL, what);
 }
 
 /* The pid behind a pidfd (or a /proc/PID directory's descriptor, which

@@ -328,8 +328,11 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_rt_tgsigqueueinfo: return guard_signal((pid_t)a[0], I(2));
 	case SYS_pidfd_send_signal: return guard_pidfd(I(0), I(1));
 	case SYS_prlimit64:  return a[2] ? guard_process((pid_t)a[0], "prlimit") : 0;
-	case SYS_setpriority: return guard_process(I(0) == PRIO_PROCESS ? (pid_t)a[1] : I(0) == PRIO_PGRP ?
-						   (a[1] ? -(pid_t)a[1] : 0) : -1, "setpriority");
+	case SYS_setpriority: return I(0) == PRIO_PGRP ? guard_group((pid_t)a[1], "setpriority") :
+			      guard_process(I(0) == PRIO_PROCESS ? (pid_t)a[1] : -1, "setpriority");
+	/* ionice -p/-P/-u: IOPRIO_WHO_PROCESS, _PGRP, _USER (1, 2, 3), as setpriority */
+	case SYS_ioprio_set: return I(0) == 2 ? guard_group((pid_t)a[1], "ioprio_set") :
+			     guard_process(I(0) == 1 ? (pid_t)a[1] : -1, "ioprio_set");
 	case SYS_sched_setscheduler: return guard_process((pid_t)a[0], "sched_setscheduler");
 	case SYS_sched_setparam: return guard_process((pid_t)a[0], "sched_setparam");
 	case SYS_sched_setaffinity: return guard_process((pid_t)a[0], "sched_setaffinity");
