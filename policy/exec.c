@@ -240,6 +240,27 @@ static bool value_off(const char *g)
 		     !strcmp(v + 1, "0"));
 }
 
+/* May ARGS[I] be the value of the option before it (git push --repo -n,
+ * kubectl -n exec, systemctl -p --user)? That option is an option word
+ * with no "=VALUE" of its own, and not a --no-* one (which takes none). An
+ * exemption (a !TOKEN: a dry run, --user, kubectl exec) must hold either
+ * way, so such a word exempts nothing. */
+static bool may_be_value(char *const args[], int i)
+{
+	const char *p = i > 0 ? args[i - 1] : NULL;
+
+	return p && p[0] == '-' && p[1] && strcmp(p, "--") && !strchr(p, '=') && strncmp(p, "--no-", 5);
+}
+
+/* "--flag false": a separate value that turns an exempting long flag off
+ * (npm reads --dry-run false as no dry run), as value_off's "=false". */
+static bool next_off(char *const args[], int i, int n)
+{
+	const char *v = i + 1 < n ? args[i + 1] : NULL;
+
+	return v && (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off") || !strcmp(v, "0"));
+}
+
 /* Is one of the flags ALTS among ARGS? NEG: the rule wants it absent (an
  * exemption: a dry run), so a spelling that may mean something else lets
  * nothing through. An abbreviation of one letter (--d) is too short to tell
@@ -256,9 +277,10 @@ static bool flag_present(const char *alts, char *const args[], int n, bool neg)
 		size_t an = strcspn(a, "|");
 		for (int i = 0; i < n && strcmp(args[i], "--"); i++) {
 			const char *g = args[i];
-			if (g[0] != '-' || !g[1])
+			if (g[0] != '-' || !g[1] || (neg && may_be_value(args, i)))
 				continue;
-			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min) && !(neg && value_off(g))
+			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min) &&
+					  !(neg && (value_off(g) || (!strchr(g, '=') && next_off(args, i, n))))
 					: g[1] != '-' && (neg ? g[1] == a[1] : strchr(g + 1, a[1]) != NULL))
 				return true;
 		}
@@ -267,7 +289,8 @@ static bool flag_present(const char *alts, char *const args[], int n, bool neg)
 }
 
 /* Does an operand of ARGS (an argument that is not an option, or any after
- * "--") match the alternatives PAT? */
+ * "--") match the alternatives PAT? Only for a !TOKEN: a word that may be
+ * an option's value (kubectl -n exec delete) is not one. */
 static bool operand_present(const char *pat, char *const args[], int n)
 {
 	bool dashdash = false;
@@ -278,7 +301,7 @@ static bool operand_present(const char *pat, char *const args[], int n)
 			dashdash = true;
 			continue;
 		}
-		if (!dashdash && g[0] == '-' && g[1])
+		if (!dashdash && ((g[0] == '-' && g[1]) || may_be_value(args, i)))
 			continue;
 		if (glob_any(pat, g, strlen(g), false))
 			return true;
