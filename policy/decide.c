@@ -686,6 +686,18 @@ static bool device_ok(const char *abs, size_t n)
 	return policy_device_here(t + 5);
 }
 
+/* An untracked root (/dev/shm, ~/.cache) that holds the workspace itself
+ * would leave the agent's whole work unjournaled, silently: inside the
+ * workspace, such a root's rule does not hold (nor do the untracked rules
+ * within it: everything there is journaled). ABS (N bytes) matched one. */
+static bool untracked_workspace(const struct policy *pol, const char *abs, size_t n)
+{
+	const char *ws = policy_workspace(pol);
+	size_t wn = ws ? strlen(ws) : 0;
+
+	return wn > 1 && ws[0] == '/' && under(abs, n, ws, wn) && path_rule(pol, PK_UNTRACKED, ws, wn);
+}
+
 /* A write past the journal and hidden checks: the rest of the rules. Apart
  * from policy_path_typed, so that a read (every open that only reads asks)
  * pays for a small frame only. */
@@ -707,7 +719,7 @@ static __attribute__((noinline)) enum pverdict write_verdict(const struct policy
 		*why = "writing a block device";
 		return PV_DENY;
 	}
-	if ((r = path_rule(pol, PK_UNTRACKED, abs, n))) {
+	if ((r = path_rule(pol, PK_UNTRACKED, abs, n)) && !untracked_workspace(pol, abs, n)) {
 		*why = pol_text_known(pol, *r);
 		return PV_UNTRACKED;
 	}

@@ -236,3 +236,27 @@ def test_run_inside_a_session_is_refused_and_the_outer_journal_keeps_everything(
                          text=True)
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+def test_a_workspace_inside_an_untracked_root_is_journaled(tmp_path):
+    """~/.cache is untracked (a cache, not journaled), but a workspace that
+    lies in it is the agent's work: journaled, and rewound, as anywhere."""
+    ws = tmp_path / ".cache" / "ws"
+    ws.mkdir(parents=True)
+    populate(os.fsencode(ws))
+    before = snapshot(os.fsencode(ws))
+    env = dict(os.environ, HOME=str(tmp_path))
+    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_WORKSPACE"):
+        env.pop(k, None)
+    r = subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), "--", "bash", "-c",
+                        "rm -rf sub; echo x >> a.txt; mkdir -p ../other && echo c > ../other/cache"],
+                       cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    log = subprocess.run([os.path.join(BUILD, "txreplay"), "log", str(tmp_path / "j")], capture_output=True,
+                         text=True).stdout
+    assert "/.cache/other" not in log, log      # the rest of ~/.cache stays untracked
+    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
+    assert (tmp_path / ".cache" / "other" / "cache").read_text() == "c\n"
