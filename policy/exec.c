@@ -288,25 +288,31 @@ static bool flag_present(const char *alts, char *const args[], int n, bool neg)
 	return false;
 }
 
-/* Does an operand of ARGS (an argument that is not an option, or any after
- * "--") match the alternatives PAT? Only for a !TOKEN: a word that may be
- * an option's value (kubectl -n exec delete) is not one. */
-static bool operand_present(const char *pat, char *const args[], int n)
+/* Does an operand of ARGS[FROM..TO) (an argument that is not an option,
+ * or any after "--") match the alternatives PAT? Only for a !TOKEN: a word
+ * that may be an option's value (kubectl -n exec delete) is not one. */
+static bool operand_between(const char *pat, char *const args[], int from, int to)
 {
 	bool dashdash = false;
 
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < to; i++) {
 		const char *g = args[i];
 		if (!dashdash && !strcmp(g, "--")) {
 			dashdash = true;
 			continue;
 		}
-		if (!dashdash && ((g[0] == '-' && g[1]) || may_be_value(args, i)))
+		if (i < from || (!dashdash && ((g[0] == '-' && g[1]) || may_be_value(args, i))))
 			continue;
 		if (glob_any(pat, g, strlen(g), false))
 			return true;
 	}
 	return false;
+}
+
+/* The same over all of ARGS. */
+static bool operand_present(const char *pat, char *const args[], int n)
+{
+	return operand_between(pat, args, 0, n);
 }
 
 /* What a shell feeds a command on its standard input, as far as its
@@ -396,6 +402,12 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 	const struct pol_etok *t = POL_TAB(pol, PT_TOKEN, struct pol_etok) + r->tok;
 	int next = 0;           /* the operand cursor */
 	bool dashdash = false;
+	/* A negated operand written before an operand the rule wants holds
+	 * for the operands before that one only (`docker !exec|run rm`: no
+	 * exec before the rm; `docker rm web exec` still removes); one written
+	 * after every wanted operand holds for all of them. */
+	const char *before = NULL;
+	int before_from = 0;
 
 	if (!prog_match(pol_str(pol, r->prog), pg))
 		return false;
@@ -417,8 +429,15 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 			return false;
 		}
 		if (neg) {
-			if (operand_present(pat, args, n))
+			bool wanted_after = false;
+			for (uint32_t l = k + 1; l < r->ntok && !wanted_after; l++)
+				wanted_after = t[l].kind == ET_ARG && pol_str(pol, t[l].pat)[0] != '!';
+			if (wanted_after && !before) {
+				before = pat;
+				before_from = next;
+			} else if (operand_present(pat, args, n)) {
 				return false;
+			}
 			continue;
 		}
 		for (;; next++) {
@@ -432,6 +451,9 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 			if (!dashdash && g[0] == '-' && g[1])
 				continue;
 			if (glob_any(pat, g, strlen(g), false)) {
+				if (before && operand_between(before, args, before_from, next))
+					return false;
+				before = NULL;
 				next++;
 				break;
 			}
