@@ -1046,6 +1046,11 @@ int jcap_append(struct jseg *g, uint32_t txn, const char *path)
 	return once(g, txn, path, dedup_generation(g->s), DL_APPEND, rec_append, NULL);
 }
 
+int jcap_parent_meta(struct jseg *g, uint32_t txn, const char *path)
+{
+	return parent_meta(g, txn, path);
+}
+
 int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool is_weak)
 {
 	if (is_weak)

@@ -236,6 +236,10 @@ int jcap_unlinkat(struct jseg *g, uint32_t txn, const char *path, int dirfd, con
 int jcap_rename(struct jseg *g, uint32_t txn, const char *from, const char *to, unsigned flags,
 		bool *dirs);
 int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool weak);
+/* The weak J_META of PATH's directory alone (its times), once per
+ * transaction: an entry that is not journaled itself (an untracked one) is
+ * added, removed or renamed in a directory that is. */
+int jcap_parent_meta(struct jseg *g, uint32_t txn, const char *path);
 /* The change about to happen to PATH: the right record for its current state
  * (J_CREATE when absent). */
 enum jcap_op { JC_WRITE, JC_TRUNC, JC_APPEND, JC_REMOVE, JC_META };

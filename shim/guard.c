@@ -539,6 +539,15 @@ HIDDEN int guard_write(const char *op, const char *p, mode_t type)
 	return judge_write(op, p, type, 0);
 }
 
+/* Is a change in directory DIR journaled (no refusal said or recorded)? */
+HIDDEN bool guard_journaled(const char *dir)
+{
+	const char *why;
+
+	ready();
+	return mode == PM_OFF || policy_path_typed(pol, dir, true, S_IFDIR, &why) == PV_ALLOW;
+}
+
 HIDDEN int guard_create(const char *p, bool dir)
 {
 	return judge_write("create", p, 0, dir ? CREATE_DIR : CREATE);

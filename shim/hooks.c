@@ -364,6 +364,23 @@ static int capture(const char *p, enum jcap_op op, bool lock, const struct stat 
 
 static int refuse_unjournaled(const char *p, int err);
 
+/* An untracked entry P (a cache: not journaled) is made, removed or
+ * renamed: its directory's times change all the same, and a directory that
+ * is journaled gets them recorded (mkdir -p ~/.cache/x, HOME in a root). */
+static void untracked_entry(const char *p)
+{
+	const char *slash = strrchr(p, '/');
+	char dir[PATH_MAX];
+	struct jseg *g;
+
+	if (!shim.session_open || !slash || slash == p || (size_t)(slash - p) >= sizeof(dir))
+		return;
+	memcpy(dir, p, (size_t)(slash - p));
+	dir[slash - p] = 0;
+	if (!untracked(dir) && guard_journaled(dir) && shim_segment(&g) == 0)
+		(void)jcap_parent_meta(g, shim_txn(), p);
+}
+
 /* The last existing file this thread journaled a change of, as check()
  * found it: the path the program named (and whether the call follows a
  * final symlink), the path it resolved to, and the level of the pre-image
@@ -564,8 +581,11 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 	 * open for it, and none of the journal's files is one. */
 	if (!err && (err = mode == S_IFCHR ? off_limits(opname, p) : off_limits_change(opname, p)))
 		return err;
-	if (!err && (err = guard_write(opname, p, mode)))
+	if (!err && (err = guard_write(opname, p, mode))) {
+		if (err == 1 && !mode)
+			untracked_entry(p);
 		return err == 1 ? 0 : err;
+	}
 	bool lock = !mode || mode == S_IFREG || mode == S_IFDIR || mode == S_IFLNK;
 	if (locked && (moved || !lock)) {
 		shim_unlock();  /* the locks of another path, or of a call that may block */
@@ -756,8 +776,11 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	canonical_parent(p);
 	if ((err = off_limits_change("remove", p)))
 		return err;
-	if ((err = guard_write("remove", p, 0)))
+	if ((err = guard_write("remove", p, 0))) {
+		if (err == 1)
+			untracked_entry(p);
 		return err == 1 ? 0 : err;
+	}
 	return capture_remove(p, dirfd, path, flags);
 }
 
@@ -794,6 +817,8 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 	if ((wf == 1 && wt == 1) || (untracked(from) && untracked(to))) {
 		if (moves_lookups(from) || moves_lookups(to))
 			bump_namespace_around();
+		untracked_entry(from);
+		untracked_entry(to);
 		return 0;       /* both untracked: not journaled */
 	}
 	err = journal_err(shim_segment(&g));
@@ -825,8 +850,11 @@ HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
 		return err;
 	if ((S_ISCHR(mode) || S_ISBLK(mode)) && (err = guard_device_node(p)))
 		return err;
-	if ((err = guard_create(p, S_ISDIR(mode))))
+	if ((err = guard_create(p, S_ISDIR(mode)))) {
+		if (err == 1)
+			untracked_entry(p);
 		return err == 1 ? 0 : err;
+	}
 	if (untracked(p))
 		return 0;
 	err = journal_err(shim_segment(&g));

@@ -260,3 +260,27 @@ def test_a_workspace_inside_an_untracked_root_is_journaled(tmp_path):
     assert out.returncode == 0, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
     assert (tmp_path / ".cache" / "other" / "cache").read_text() == "c\n"
+
+
+def test_an_untracked_entry_made_or_removed_in_a_journaled_directory_leaves_its_times_rewound(tmp_path):
+    """HOME in a writable root (here: the workspace itself): ~/.cache and
+    ~/.npm are untracked, not journaled, but making or removing them
+    changes HOME's times, which are journaled and rewound."""
+    ws = make_ws(tmp_path)
+    (ws / ".npm").mkdir()
+    os.utime(ws, ns=(10**18, 10**18))
+    before = snapshot(os.fsencode(ws))
+    env = dict(os.environ, HOME=str(ws))
+    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_WORKSPACE"):
+        env.pop(k, None)
+    r = subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), "--", "bash", "-c",
+                        "mkdir -p ~/.cache/pip && echo y > ~/.cache/pip/f && rm -rf ~/.npm && echo x >> a.txt"],
+                       cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    after = snapshot(os.fsencode(ws))
+    assert after.pop(b".cache/pip/f")["sha256"] and after.pop(b".cache/pip") and after.pop(b".cache")
+    before.pop(b".npm")     # untracked: its removal stays
+    assert_same(before, after)
