@@ -2,9 +2,9 @@
  * opaque.c - programs the shim cannot see into, found at exec by looking at
  * the ELF file: static binaries (no PT_INTERP: no preloading at all; a
  * static-pie one too, not the loader run as a program), programs of
- * another ELF class or machine (32-bit, x32) or of another C library (a
- * loader not glibc's: musl's), which the shim cannot be loaded into (they
- * run without LD_PRELOAD), set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD
+ * another ELF class or machine (32-bit, x32) or of another C library
+ * (musl's loader), which the shim cannot be loaded into (a musl program
+ * runs without LD_PRELOAD), set-user-ID and set-group-ID programs (the loader drops LD_PRELOAD
  * for them) and Go programs (their runtime makes system calls itself, even
  * when linked dynamically: a Go build-ID note), and what each file is kept
  * per inode while it stays unchanged (kind_of). The policy says what to do
@@ -59,9 +59,10 @@ HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
 
 /* Kinds of this file's own, judged as the policy's [programs] static,
  * which the shim cannot be loaded into: a program of another ELF class or
- * machine (a 32-bit or x32 program, an emulated one); one whose loader is
- * not glibc's (musl's: it would fail to start, the shim's libc symbols not
- * found). Such a program runs without LD_PRELOAD (exec_no_preload). And,
+ * machine (a 32-bit or x32 program, an emulated one: its loader passes
+ * LD_PRELOAD on to what it runs); one whose loader is musl's (it would fail
+ * to start, the shim's libc symbols not found), which runs without
+ * LD_PRELOAD (exec_no_preload), and so do the programs it starts. And,
  * while the file is looked at, one that names no loader (static_pie tells
  * the rest). */
 #define PO_FOREIGN  PO_KINDS
@@ -73,19 +74,19 @@ HIDDEN bool shim_find_program(const char *file, char out[PATH_MAX])
 #define SHIM_MACHINE EM_AARCH64
 #endif
 
-/* Whether the loader named (N bytes, its NUL included) is glibc's, by its
- * file's name: ld-linux-x86-64.so.2, ld-linux-aarch64.so.1, wherever it
- * lies (a Nix store too). musl's is ld-musl-ARCH.so.1. */
-static bool glibc_loader(const char *name, size_t n)
+/* Whether the loader named (N bytes, its NUL included) is musl's, by its
+ * file's name: ld-musl-ARCH.so.1, wherever it lies. Any other is taken for
+ * glibc's, whatever its name (Homebrew's lib/ld.so, a Nix store's). */
+static bool musl_loader(const char *name, size_t n)
 {
 	const char *end = memchr(name, 0, n), *base = name;
 
 	if (!end)
-		return true;    /* not a name: the kernel's exec fails on it */
+		return false;   /* not a name: the kernel's exec fails on it */
 	for (const char *s = name; s < end; s++)
 		if (*s == '/')
 			base = s + 1;
-	return !strncmp(base, "ld-linux-", 9);
+	return !strncmp(base, "ld-musl-", 8);
 }
 
 /* The kind of the ELF file in BUF (N bytes of its start), or -1; *SHORT:
@@ -121,7 +122,7 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 			if (ph.p_offset + ph.p_filesz > n)
 				*short_read = true;
 			else if (ph.p_filesz)
-				other = !glibc_loader((const char *)buf + ph.p_offset, ph.p_filesz);
+				other = musl_loader((const char *)buf + ph.p_offset, ph.p_filesz);
 		}
 		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz > n)
 			*short_read = true;
@@ -353,7 +354,7 @@ static const char *const kind_name[PO_OTHERLD + 1] = {
 	[PO_STATIC] = "a static binary", [PO_SETUID] = "a set-user-ID program",
 	[PO_GO] = "a Go program", [PO_LDSO] = "the dynamic loader run as a program",
 	[PO_FOREIGN] = "a program of another architecture (32-bit, or another machine's)",
-	[PO_OTHERLD] = "a program of another C library (its loader is not glibc's)",
+	[PO_OTHERLD] = "a program of another C library (musl's: it runs, and what it starts, without the shim)",
 };
 
 HIDDEN __thread bool exec_no_preload __attribute__((tls_model("initial-exec")));
@@ -695,7 +696,7 @@ static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, co
 	}
 	if (kind == PO_LDSO)
 		return 0;       /* it preloads the shim into what it runs: seen into */
-	exec_no_preload = kind >= PO_KINDS;
+	exec_no_preload = kind == PO_OTHERLD;
 	bool confined = policy_landlock(pol) != PL_OFF && landlock_roots(pol, NULL);
 	if (!confined && policy_landlock(pol) == PL_REQUIRE)
 		return shim_refuse("exec", path, NULL, argv, "[policy] landlock = on, but the kernel has none",
@@ -729,7 +730,7 @@ HIDDEN void opaque_unloadable(const char *file, char *const argv[])
 
 	if (shim_find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path)) {
 		kind = kind_of(path, NULL);
-		exec_no_preload = kind >= PO_KINDS;
+		exec_no_preload = kind == PO_OTHERLD;
 	}
 }
 

@@ -333,8 +333,8 @@ HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *c
 			     const struct stat *known);
 HIDDEN bool landlock_roots(const struct policy *pol, const char *journal);
 /* Set by the judgement of an exec (guard_exec): the program is one the
- * shim cannot be loaded into (another C library's, another architecture's),
- * so env_fix passes it no LD_PRELOAD. opaque_unloadable sets it where the
+ * shim cannot be loaded into and that fails to start with it (musl's), so
+ * env_fix passes it no LD_PRELOAD. opaque_unloadable sets it where the
  * policy does not judge programs (audit, off). */
 extern HIDDEN __thread bool exec_no_preload __attribute__((tls_model("initial-exec")));
 HIDDEN void opaque_unloadable(const char *file, char *const argv[]);

@@ -190,6 +190,16 @@ def test_a_program_of_another_c_library_runs_confined_without_the_shim(scratch_p
     assert (ws / "made").read_text() == "musl\n" and not (outside / "made").exists()
     assert "Permission denied" in r.stderr and "Error relocating" not in r.stderr, r.stderr
     assert r.stderr.count("another C library") == 2, r.stderr
+    # a glibc program whose loader has another name (Homebrew's lib/ld.so) is seen into
+    ldso = tmp_path / "hb" / "lib" / "ld.so"
+    ldso.parent.mkdir(parents=True)
+    ldso.symlink_to("/lib64/ld-linux-x86-64.so.2")
+    hb = tmp_path / "hbw"
+    subprocess.run(["gcc", "-O2", f"-Wl,--dynamic-linker={ldso}", "-x", "c", "-", "-o", str(hb)],
+                   input=MUSL_WRITE.encode(), check=True)
+    r = run(ws, pol, tmp_path, f"{hb} {ws}/hb; echo $?; {hb} {outside}/hb; echo $?")
+    assert r.stdout.split() == ["0", "3"] and "warning" not in r.stderr, r.stdout + r.stderr
+    assert "ftsbx: refused" in r.stderr, r.stderr
     # env -i does not bring the shim back into it, and a glibc program it is
     # not the parent of still gets the shim
     r = run(ws, pol, tmp_path, f"env -i {prog} {ws}/again; echo $?; env -i sh -c 'echo $LD_PRELOAD'")

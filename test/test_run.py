@@ -226,7 +226,9 @@ def test_run_inside_a_session_is_refused_and_the_outer_journal_keeps_everything(
     back the whole tree."""
     ws = make_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
-    inner = f"{FTSBX} run --journal {tmp_path}/j2 --policy /dev/null -- bash -c 'echo x >> a.txt; rm -rf sub'"
+    # (an ftsbx built with ASan, make SAN=1, gets the shim preloaded before its runtime here)
+    inner = f"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0 {FTSBX} run --journal {tmp_path}/j2 " \
+            "--policy /dev/null -- bash -c 'echo x >> a.txt; rm -rf sub'"
     r = run(tmp_path, "--", "bash", "-c", f"{inner}; echo $?; env -i {inner}; echo $?; echo outer >> a.txt")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["126", "126"], r.stdout + r.stderr
