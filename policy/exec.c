@@ -240,16 +240,40 @@ static bool value_off(const char *g)
 		     !strcmp(v + 1, "0"));
 }
 
+/* The rule being matched, for may_be_value: its own flags are known. */
+struct rulectx {
+	const struct policy *pol;
+	const struct pol_erule *r;
+};
+
+static bool flag_present(const char *alts, char *const args[], int n, bool neg, const struct rulectx *rc);
+
+/* Is WORD one of the flags the rule itself wants (git push's --force)? */
+static bool own_flag(const struct rulectx *rc, const char *word)
+{
+	const struct pol_etok *t = POL_TAB(rc->pol, PT_TOKEN, struct pol_etok) + rc->r->tok;
+	char *const one[1] = { (char *)word };
+
+	for (uint32_t k = 0; k < rc->r->ntok; k++) {
+		const char *pat = pol_str(rc->pol, t[k].pat);
+		if (t[k].kind == ET_FLAG && pat[0] != '!' && flag_present(pat, one, 1, false, NULL))
+			return true;
+	}
+	return false;
+}
+
 /* May ARGS[I] be the value of the option before it (git push --repo -n,
  * kubectl -n exec, systemctl -p --user)? That option is an option word
- * with no "=VALUE" of its own, and not a --no-* one (which takes none). An
+ * with no "=VALUE" of its own, not a --no-* one and not one of the rule's
+ * own flags (git push --force --dry-run), all of which take none. An
  * exemption (a !TOKEN: a dry run, --user, kubectl exec) must hold either
  * way, so such a word exempts nothing. */
-static bool may_be_value(char *const args[], int i)
+static bool may_be_value(char *const args[], int i, const struct rulectx *rc)
 {
 	const char *p = i > 0 ? args[i - 1] : NULL;
 
-	return p && p[0] == '-' && p[1] && strcmp(p, "--") && !strchr(p, '=') && strncmp(p, "--no-", 5);
+	return p && p[0] == '-' && p[1] && strcmp(p, "--") && !strchr(p, '=') && strncmp(p, "--no-", 5) &&
+	       !(rc && own_flag(rc, p));
 }
 
 /* "--flag false": a separate value that turns an exempting long flag off
@@ -261,37 +285,66 @@ static bool next_off(char *const args[], int i, int n)
 	return v && (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off") || !strcmp(v, "0"));
 }
 
+/* Is the long option G "--no-NAME" for the flag ALT ("--NAME")? */
+static bool long_negated(const char *alt, size_t an, const char *g, size_t min)
+{
+	char buf[128];
+	size_t k = strlen(g);
+
+	if (strncmp(g, "--no-", 5) || k - 3 > sizeof(buf))
+		return false;
+	memcpy(buf, "--", 2);
+	memcpy(buf + 2, g + 5, k - 4);     /* the rest, its NUL included */
+	return long_is(alt, an, buf, min);
+}
+
 /* Is one of the flags ALTS among ARGS? NEG: the rule wants it absent (an
  * exemption: a dry run), so a spelling that may mean something else lets
  * nothing through. An abbreviation of one letter (--d) is too short to tell
  * (git push --d is --delete or --dry-run); a flag that refuses counts from
  * one letter on (git push --m is --mirror). In a group of short options an
  * exempting letter counts only first: after another it may be that one's
- * value (git push -fon is -f -o n, a push option). --dry-run=false is no
- * dry run. */
-static bool flag_present(const char *alts, char *const args[], int n, bool neg)
+ * value (git push -fon is -f -o n, a push option). An exempting flag is on
+ * as its last spelling says, as the programs read them: --dry-run=false,
+ * --dry-run false and --no-dry-run turn it off. RC (NULL: none) is the
+ * rule, for may_be_value. */
+static bool flag_present(const char *alts, char *const args[], int n, bool neg, const struct rulectx *rc)
 {
 	size_t min = neg ? 4 : 3;
+	bool on = false;
 
-	for (const char *a = alts; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL) {
-		size_t an = strcspn(a, "|");
-		for (int i = 0; i < n && strcmp(args[i], "--"); i++) {
-			const char *g = args[i];
-			if (g[0] != '-' || !g[1] || (neg && may_be_value(args, i)))
+	for (int i = 0; i < n && strcmp(args[i], "--"); i++) {
+		const char *g = args[i];
+		if (g[0] != '-' || !g[1])
+			continue;
+		for (const char *a = alts; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL) {
+			size_t an = strcspn(a, "|");
+			if (!neg) {
+				if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min)
+						: g[1] != '-' && strchr(g + 1, a[1]) != NULL)
+					return true;
 				continue;
-			if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min) &&
-					  !(neg && (value_off(g) || (!strchr(g, '=') && next_off(args, i, n))))
-					: g[1] != '-' && (neg ? g[1] == a[1] : strchr(g + 1, a[1]) != NULL))
-				return true;
+			}
+			if (a[1] == '-' && g[1] == '-' && long_negated(a, an, g, min)) {
+				on = false;
+			} else if (a[1] == '-' ? g[1] == '-' && long_is(a, an, g, min) : g[1] != '-' && g[1] == a[1]) {
+				if (a[1] == '-' && (value_off(g) || (!strchr(g, '=') && next_off(args, i, n))))
+					on = false;
+				else if (!may_be_value(args, i, rc))
+					on = true;
+			} else {
+				continue;
+			}
+			break;
 		}
 	}
-	return false;
+	return on;
 }
 
 /* Does an operand of ARGS[FROM..TO) (an argument that is not an option,
  * or any after "--") match the alternatives PAT? Only for a !TOKEN: a word
  * that may be an option's value (kubectl -n exec delete) is not one. */
-static bool operand_between(const char *pat, char *const args[], int from, int to)
+static bool operand_between(const char *pat, char *const args[], int from, int to, const struct rulectx *rc)
 {
 	bool dashdash = false;
 
@@ -301,7 +354,7 @@ static bool operand_between(const char *pat, char *const args[], int from, int t
 			dashdash = true;
 			continue;
 		}
-		if (i < from || (!dashdash && ((g[0] == '-' && g[1]) || may_be_value(args, i))))
+		if (i < from || (!dashdash && ((g[0] == '-' && g[1]) || may_be_value(args, i, rc))))
 			continue;
 		if (glob_any(pat, g, strlen(g), false))
 			return true;
@@ -310,9 +363,9 @@ static bool operand_between(const char *pat, char *const args[], int from, int t
 }
 
 /* The same over all of ARGS. */
-static bool operand_present(const char *pat, char *const args[], int n)
+static bool operand_present(const char *pat, char *const args[], int n, const struct rulectx *rc)
 {
-	return operand_between(pat, args, 0, n);
+	return operand_between(pat, args, 0, n, rc);
 }
 
 /* What a shell feeds a command on its standard input, as far as its
@@ -408,6 +461,7 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 	 * after every wanted operand holds for all of them. */
 	const char *before = NULL;
 	int before_from = 0;
+	const struct rulectx rc = { pol, r };
 
 	if (!prog_match(pol_str(pol, r->prog), pg))
 		return false;
@@ -416,7 +470,7 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 		bool neg = pat[0] == '!';       /* !TOKEN: matches where TOKEN does not */
 		pat += neg;
 		if (t[k].kind == ET_FLAG) {
-			if (flag_present(pat, args, n, neg) == !neg)
+			if (flag_present(pat, args, n, neg, &rc) == !neg)
 				continue;
 			return false;
 		}
@@ -435,7 +489,7 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 			if (wanted_after && !before) {
 				before = pat;
 				before_from = next;
-			} else if (operand_present(pat, args, n)) {
+			} else if (operand_present(pat, args, n, &rc)) {
 				return false;
 			}
 			continue;
@@ -451,7 +505,7 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 			if (!dashdash && g[0] == '-' && g[1])
 				continue;
 			if (glob_any(pat, g, strlen(g), false)) {
-				if (before && operand_between(before, args, before_from, next))
+				if (before && operand_between(before, args, before_from, next, &rc))
 					return false;
 				before = NULL;
 				next++;
