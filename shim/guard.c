@@ -539,6 +539,16 @@ HIDDEN int guard_write(const char *op, const char *p, mode_t type)
 	return judge_write(op, p, type, 0);
 }
 
+/* Is P in the workspace? */
+HIDDEN bool guard_in_workspace(const char *p)
+{
+	const char *ws;
+
+	ready();
+	ws = policy_workspace(pol);
+	return ws && ws[0] == '/' && ws[1] && path_under(p, ws, strlen(ws));
+}
+
 /* Is a change in directory DIR journaled (no refusal said or recorded)? */
 HIDDEN bool guard_journaled(const char *dir)
 {

@@ -15,10 +15,14 @@
 #include <sys/uio.h>
 #include "shim.h"
 
-/* Paths under these are not files a rewind could restore. */
+/* Paths under these are not files a rewind could restore; /dev/shm's
+ * are, and a workspace there is journaled as anywhere (the policy's
+ * untracked /dev/shm leaves it alone too). */
 static bool untracked(const char *p)
 {
-	return path_under(p, "/dev", 4) || path_under(p, "/proc", 5) || path_under(p, "/sys", 4);
+	if (path_under(p, "/dev", 4))
+		return !path_under(p, "/dev/shm", 8) || !guard_in_workspace(p);
+	return path_under(p, "/proc", 5) || path_under(p, "/sys", 4);
 }
 
 /* The journal directory is off limits. The lexical test is free; the

@@ -320,6 +320,7 @@ HIDDEN int guard_connected(int fd, const char *path);
 HIDDEN bool guard_fork_of(pid_t pid, pid_t root);
 HIDDEN int guard_group(pid_t who, const char *op);
 HIDDEN bool guard_journaled(const char *dir);
+HIDDEN bool guard_in_workspace(const char *p);
 HIDDEN bool guard_rewind_counts(int status, bool refused, char *const argv[]);
 
 /* opaque.c: static, setuid and Go programs at exec. */

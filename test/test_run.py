@@ -286,3 +286,29 @@ def test_an_untracked_entry_made_or_removed_in_a_journaled_directory_leaves_its_
     assert after.pop(b".cache/pip/f")["sha256"] and after.pop(b".cache/pip") and after.pop(b".cache")
     before.pop(b".npm")     # untracked: its removal stays
     assert_same(before, after)
+
+
+def test_a_workspace_in_dev_shm_is_journaled(tmp_path):
+    """/dev/shm is untracked (shared memory, semaphores), and the shim
+    never journals /dev, but a workspace that lies there is the agent's
+    work: journaled and rewound."""
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    import tempfile
+    ws = tempfile.mkdtemp(prefix="ftsbx-test-ws-", dir="/dev/shm")
+    try:
+        populate(os.fsencode(ws))
+        before = snapshot(os.fsencode(ws))
+        env = dict(os.environ, HOME=str(tmp_path))
+        for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_WORKSPACE"):
+            env.pop(k, None)
+        r = subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), "--", "bash", "-c",
+                            "rm -rf sub; echo x >> a.txt; mkdir new && echo n > new/f; mv a.txt c.txt"],
+                           cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert_same(before, snapshot(os.fsencode(ws)))
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)
