@@ -16,6 +16,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -214,11 +215,13 @@ static void names_read_dir(struct rw *w, const char *dir)
 
 	if (!d)
 		return;
-	if (fstat(dirfd(d), &ds) == 0)
-		while ((de = readdir(d)))
-			if ((de->d_type == DT_REG || de->d_type == DT_UNKNOWN) &&
-			    (size_t)snprintf(p, sizeof(p), "%s/%s", strcmp(dir, "/") ? dir : "", de->d_name) < sizeof(p))
-				names_put(w, (uint64_t)ds.st_dev, (uint64_t)de->d_ino, p);
+	/* each entry's own device and number (fstatat): on overlayfs they are
+	 * not its directory's device and the entry's d_ino */
+	while ((de = readdir(d)))
+		if ((de->d_type == DT_REG || de->d_type == DT_UNKNOWN) &&
+		    fstatat(dirfd(d), de->d_name, &ds, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(ds.st_mode) &&
+		    (size_t)snprintf(p, sizeof(p), "%s/%s", strcmp(dir, "/") ? dir : "", de->d_name) < sizeof(p))
+			names_put(w, (uint64_t)ds.st_dev, (uint64_t)ds.st_ino, p);
 	closedir(d);
 }
 
@@ -336,7 +339,10 @@ static void index_records(struct rw *w)
 				w->path[i] = must(calloc(1, 1));
 		}
 	}
-	for (size_t i = 0; i < w->n; i++)
+	/* in decreasing seq, as rewinds undo them: where two records brought
+	 * back the same inode (its number reused), the earliest one's stands,
+	 * the one an earlier rename of it meets next */
+	for (size_t i = w->n; i-- > 0;)
 		if ((w->state[i] & R_UNDO) && nt_find(w->marks, w->r.rec[i].seq)) {
 			struct kent *m = nt_find(w->markino, w->r.rec[i].seq);
 			w->state[i] |= R_REWOUND;

@@ -24,7 +24,7 @@ INSIDE = r"""
 import json, os, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 from conftest import diff_snapshots, populate, snapshot
-ws, j, shim, txreplay, script = sys.argv[2:7]
+ws, j, shim, txreplay, script, crash = sys.argv[2:8]
 subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", ws], check=True)
 populate(os.fsencode(ws))
 subprocess.run(["sh", "-c", "echo hello > f; echo hi > top; ln top top2; mkdir -p d/e; ln top d/e/far; "
@@ -36,8 +36,12 @@ for k in ("FTSBX_TXN", "FTSBX_ROOT"):
     env.pop(k, None)
 run = subprocess.run(["bash", "-c", script], cwd=ws, env=env, capture_output=True, text=True, errors="replace",
                      timeout=120)
+killed = None
+if int(crash):           # a rewind killed after its CRASH-th undo, then run again
+    killed = subprocess.run([txreplay, "rewind", j], capture_output=True, timeout=120,
+                            env=dict(os.environ, FTSBX_REWIND_CRASH_AFTER=crash)).returncode
 rew = subprocess.run([txreplay, "rewind", j], capture_output=True, text=True, errors="replace", timeout=120)
-print(json.dumps({"run": run.returncode, "err": run.stderr[-2000:], "rewind": rew.returncode,
+print(json.dumps({"killed": killed, "run": run.returncode, "err": run.stderr[-2000:], "rewind": rew.returncode,
                   "rewind_err": rew.stderr[-2000:], "diff": diff_snapshots(before, snapshot(os.fsencode(ws)))}))
 """
 
@@ -63,15 +67,33 @@ def unshare_mount_works():
         return False
 
 
+def run_inside(tmp_path, name, crash=0):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", INSIDE, HERE, str(ws),
+                           str(tmp_path / "j"), SHIM, TXREPLAY, WORKLOADS[name], str(crash)],
+                          capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.skipif(not unshare_mount_works(), reason="no mount namespace with a tmpfs here (not root)")
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_a_workspace_on_another_filesystem_rewinds_exactly(tmp_path, name):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", sys.executable, "-c", INSIDE, HERE, str(ws),
-                        str(tmp_path / "j"), SHIM, TXREPLAY, WORKLOADS[name]],
-                       capture_output=True, text=True, timeout=300)
+    r = run_inside(tmp_path, name)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.splitlines()[-1])
     assert out["run"] == 0, out["err"]
+    assert out["rewind"] == 0 and not out["diff"], "\n".join(out["diff"]) + out["rewind_err"]
+
+
+@pytest.mark.skipif(not unshare_mount_works(), reason="no mount namespace with a tmpfs here (not root)")
+@pytest.mark.parametrize("crash", [1, 2, 4, 7])
+@pytest.mark.parametrize("name", ["sed-twice", "hardlink-rm", "mv-over"])
+def test_a_rewind_killed_midway_finishes_exactly_when_run_again(tmp_path, name, crash):
+    """The new inodes an interrupted rewind brought back are found again
+    from its marks by the next run."""
+    r = run_inside(tmp_path, name, crash)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["run"] == 0, out["err"]
+    assert out["killed"] == -9, out
     assert out["rewind"] == 0 and not out["diff"], "\n".join(out["diff"]) + out["rewind_err"]
