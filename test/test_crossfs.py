@@ -86,7 +86,7 @@ def test_a_workspace_on_another_filesystem_rewinds_exactly(tmp_path, name):
 
 
 @pytest.mark.skipif(not unshare_mount_works(), reason="no mount namespace with a tmpfs here (not root)")
-@pytest.mark.parametrize("crash", [1, 2, 4, 7])
+@pytest.mark.parametrize("crash", [1, 2, 3])
 @pytest.mark.parametrize("name", ["sed-twice", "hardlink-rm", "mv-over"])
 def test_a_rewind_killed_midway_finishes_exactly_when_run_again(tmp_path, name, crash):
     """The new inodes an interrupted rewind brought back are found again
