@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 
 import pytest
 
@@ -20,6 +21,20 @@ def run(tmp_path, *args):
         env.pop(k, None)
     return subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), *args], cwd=ws, env=env,
                           capture_output=True, text=True, timeout=60)
+
+
+def run_in(ws, home, journal, script):
+    """bash -c SCRIPT in WS as a session of `ftsbx run` with HOME and JOURNAL."""
+    env = dict(os.environ, HOME=str(home))
+    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_WORKSPACE"):
+        env.pop(k, None)
+    return subprocess.run([FTSBX, "run", "--journal", str(journal), "--", "bash", "-c", script], cwd=ws, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def rewind(journal):
+    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(journal)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
 
 
 def make_ws(tmp_path):
@@ -247,19 +262,13 @@ def test_a_workspace_inside_an_untracked_root_is_journaled(tmp_path):
     ws.mkdir(parents=True)
     populate(os.fsencode(ws))
     before = snapshot(os.fsencode(ws))
-    env = dict(os.environ, HOME=str(tmp_path))
-    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_WORKSPACE"):
-        env.pop(k, None)
-    r = subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), "--", "bash", "-c",
-                        "rm -rf sub; echo x >> a.txt; mkdir -p ../other && echo c > ../other/cache"],
-                       cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    r = run_in(ws, tmp_path, tmp_path / "j",
+               "rm -rf sub; echo x >> a.txt; mkdir -p ../other && echo c > ../other/cache")
     assert r.returncode == 0, r.stderr
     log = subprocess.run([os.path.join(BUILD, "txreplay"), "log", str(tmp_path / "j")], capture_output=True,
                          text=True).stdout
     assert "/.cache/other" not in log, log      # the rest of ~/.cache stays untracked
-    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
-                         text=True)
-    assert out.returncode == 0, out.stderr
+    rewind(tmp_path / "j")
     assert_same(before, snapshot(os.fsencode(ws)))
     assert (tmp_path / ".cache" / "other" / "cache").read_text() == "c\n"
 
@@ -272,16 +281,10 @@ def test_an_untracked_entry_made_or_removed_in_a_journaled_directory_leaves_its_
     (ws / ".npm").mkdir()
     os.utime(ws, ns=(10**18, 10**18))
     before = snapshot(os.fsencode(ws))
-    env = dict(os.environ, HOME=str(ws))
-    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_WORKSPACE"):
-        env.pop(k, None)
-    r = subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), "--", "bash", "-c",
-                        "mkdir -p ~/.cache/pip && echo y > ~/.cache/pip/f && rm -rf ~/.npm && echo x >> a.txt"],
-                       cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    r = run_in(ws, ws, tmp_path / "j",
+               "mkdir -p ~/.cache/pip && echo y > ~/.cache/pip/f && rm -rf ~/.npm && echo x >> a.txt")
     assert r.returncode == 0, r.stderr
-    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
-                         text=True)
-    assert out.returncode == 0, out.stderr
+    rewind(tmp_path / "j")
     after = snapshot(os.fsencode(ws))
     assert after.pop(b".cache/pip/f")["sha256"] and after.pop(b".cache/pip") and after.pop(b".cache")
     before.pop(b".npm")     # untracked: its removal stays
@@ -294,21 +297,15 @@ def test_a_workspace_in_dev_shm_is_journaled(tmp_path):
     work: journaled and rewound."""
     if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
         pytest.skip("no writable /dev/shm")
-    import tempfile
+
     ws = tempfile.mkdtemp(prefix="ftsbx-test-ws-", dir="/dev/shm")
     try:
         populate(os.fsencode(ws))
         before = snapshot(os.fsencode(ws))
-        env = dict(os.environ, HOME=str(tmp_path))
-        for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_WORKSPACE"):
-            env.pop(k, None)
-        r = subprocess.run([FTSBX, "run", "--journal", str(tmp_path / "j"), "--", "bash", "-c",
-                            "rm -rf sub; echo x >> a.txt; mkdir new && echo n > new/f; mv a.txt c.txt"],
-                           cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+        r = run_in(ws, tmp_path, tmp_path / "j",
+                   "rm -rf sub; echo x >> a.txt; mkdir new && echo n > new/f; mv a.txt c.txt")
         assert r.returncode == 0, r.stderr
-        out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")],
-                             capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr
+        rewind(tmp_path / "j")
         assert_same(before, snapshot(os.fsencode(ws)))
     finally:
         shutil.rmtree(ws, ignore_errors=True)
