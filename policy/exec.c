@@ -341,6 +341,26 @@ static bool flag_present(const char *alts, char *const args[], int n, bool neg, 
 	return on;
 }
 
+/* PAT's alternatives all one long option, with or without values
+ * (--dry-run|--dry-run=client|--dry-run=*): the index of the last
+ * argument that spells that option (--dry-run=none too), before any "--";
+ * -1 when none does or PAT is not of that kind. */
+static int last_option(const char *pat, char *const args[], int n)
+{
+	size_t len = strcspn(pat, "=|*?[");
+	int last = -1;
+
+	if (len < 3 || pat[0] != '-' || pat[1] != '-')
+		return -1;
+	for (const char *a = pat; a; a = strchr(a, '|') ? strchr(a, '|') + 1 : NULL)
+		if (strncmp(a, pat, len) || (a[len] && a[len] != '|' && a[len] != '='))
+			return -1;
+	for (int i = 0; i < n && strcmp(args[i], "--"); i++)
+		if (!strncmp(args[i], pat, len) && (!args[i][len] || args[i][len] == '='))
+			last = i;
+	return last;
+}
+
 /* Does an operand of ARGS[FROM..TO) (an argument that is not an option,
  * or any after "--") match the alternatives PAT? Only for a !TOKEN: a word
  * that may be an option's value (kubectl -n exec delete) is not one. */
@@ -476,6 +496,14 @@ static bool rule_match_in(const struct policy *pol, const struct pol_erule *r, c
 		}
 		if (t[k].kind == ET_EXACT) {
 			int i = 0;
+			if (neg && (i = last_option(pat, args, n)) >= 0) {
+				/* an exempting option (!=--dry-run|--dry-run=client):
+				 * its last spelling decides, as for flags */
+				if (glob_any(pat, args[i], strlen(args[i]), false))
+					return false;
+				continue;
+			}
+			i = 0;
 			while (i < n && !glob_any(pat, args[i], strlen(args[i]), false))
 				i++;
 			if ((i < n || (in && glob_any(pat, in->s, in->n, false))) == !neg)
