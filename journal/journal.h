@@ -357,7 +357,7 @@ int jundo(const struct jreader *r, const struct jrecord *c, char *msg, size_t ms
  * the new one it came back as; false when none does. */
 struct jundo_hints {
 	uint64_t alias[2];
-	bool (*other_name)(void *ctx, const char *path, const struct jstat *j, char out[PATH_MAX]);
+	bool (*other_name)(void *ctx, const struct jstat *j, char out[PATH_MAX]);
 	void *ctx;
 };
 int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct jundo_hints *h, char *msg,

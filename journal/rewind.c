@@ -254,16 +254,15 @@ static bool holds(const char *p, const struct jstat *j, uint64_t ino)
 }
 
 /* jundo_hints.other_name: a name that holds the inode of the removed file
- * PATH (J), else the new one it came back as, in any directory the
+ * (J), else the new one it came back as, in any directory the
  * journal's paths lie in (where hard links made by `ln`, `cp -al` or a
  * tool call are). */
-static bool other_name(void *ctx, const char *path, const struct jstat *j, char out[PATH_MAX])
+static bool other_name(void *ctx, const struct jstat *j, char out[PATH_MAX])
 {
 	struct rw *w = ctx;
 	uint64_t k[2] = { j->dev, j->ino };
 	struct kent *r = kt_find(w->renewed, k, sizeof(k));
 
-	(void)path;
 	if (!w->names_read)
 		names_read(w);
 	for (int t = 0; t < 2; t++) {

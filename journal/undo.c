@@ -527,7 +527,7 @@ static bool relink_other_name(struct undo *u)
 {
 	char other[PATH_MAX];
 
-	return u->st.nlink > 1 && u->h->other_name && u->h->other_name(u->h->ctx, u->path, &u->st, other) &&
+	return u->st.nlink > 1 && u->h->other_name && u->h->other_name(u->h->ctx, &u->st, other) &&
 	       link(other, u->path) == 0;
 }
 

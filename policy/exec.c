@@ -231,13 +231,18 @@ static bool long_is(const char *alt, size_t an, const char *arg, size_t min)
 	return n >= min && n < lit && !memcmp(alt, arg, n);
 }
 
-/* "--name=VALUE" turns its flag off: false, no, off or 0. */
+/* A value that turns a flag off: false, no, off or 0. */
+static bool off_word(const char *v)
+{
+	return !strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off") || !strcmp(v, "0");
+}
+
+/* "--name=VALUE" turns its flag off. */
 static bool value_off(const char *g)
 {
 	const char *v = strchr(g, '=');
 
-	return v && (!strcasecmp(v + 1, "false") || !strcasecmp(v + 1, "no") || !strcasecmp(v + 1, "off") ||
-		     !strcmp(v + 1, "0"));
+	return v && off_word(v + 1);
 }
 
 /* The rule being matched, for may_be_value: its own flags are known. */
@@ -280,9 +285,7 @@ static bool may_be_value(char *const args[], int i, const struct rulectx *rc)
  * (npm reads --dry-run false as no dry run), as value_off's "=false". */
 static bool next_off(char *const args[], int i, int n)
 {
-	const char *v = i + 1 < n ? args[i + 1] : NULL;
-
-	return v && (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcasecmp(v, "off") || !strcmp(v, "0"));
+	return i + 1 < n && off_word(args[i + 1]);
 }
 
 /* Is the long option G "--no-NAME" for the flag ALT ("--NAME")? */

@@ -973,7 +973,7 @@ HIDDEN int guard_signal(pid_t target, int sig)
  * readdir: no heap in a hook. */
 static pid_t group_outsider(pid_t pgrp)
 {
-	char buf[4096], path[64], stat[512];
+	char buf[4096], stat[512];
 	pid_t found = 0;
 	long n;
 	int d = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -983,26 +983,14 @@ static pid_t group_outsider(pid_t pgrp)
 	while (!found && (n = syscall(SYS_getdents64, d, buf, sizeof(buf))) > 0)
 		for (long off = 0; off < n && !found;) {
 			const struct dirent64 *e = (const struct dirent64 *)(buf + off);
-			const char *end, *close_paren;
-			long pid = proc_number(e->d_name, &end);
-			off += e->d_reclen;
-			if (pid <= 0 || *end || pid == shim_pid())
-				continue;
-			snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-			int fd = open(path, O_RDONLY | O_CLOEXEC);
-			ssize_t k = fd >= 0 ? read(fd, stat, sizeof(stat) - 1) : -1;
-			if (fd >= 0)
-				close(fd);
-			if (k <= 0)
-				continue;
-			stat[k] = 0;
-			/* "PID (COMM) STATE PPID PGRP ...": COMM may hold anything */
-			if (!(close_paren = strrchr(stat, ')')))
-				continue;
-			long ppid, grp;
+			const char *end, *f;
+			long pid = proc_number(e->d_name, &end), ppid, grp;
 			char st;
-			if (sscanf(close_paren + 1, " %c %ld %ld", &st, &ppid, &grp) == 3 && grp == pgrp &&
-			    !in_session((pid_t)pid))
+			off += e->d_reclen;
+			if (pid <= 0 || *end || pid == shim_pid() || !(f = stat_fields((pid_t)pid, stat, sizeof(stat))))
+				continue;
+			/* fields 3 to 5: STATE PPID PGRP */
+			if (sscanf(f, "%c %ld %ld", &st, &ppid, &grp) == 3 && grp == pgrp && !in_session((pid_t)pid))
 				found = (pid_t)pid;
 		}
 	close(d);

@@ -711,27 +711,31 @@ static __attribute__((noinline)) int opaque_verdict(const struct policy *pol, co
 /* Before an exec of FILE (ARGV): 0 to go on, or the errno that refuses.
  * KNOWN (if not NULL): the program's file when FILE (else ARGV[0]) names it
  * by a path, as policy_exec_stat found it (guard.c). */
+/* The kind of the program FILE (else ARGV[0]) names, into PATH as execvp
+ * finds it; -1 when none or not found. KNOWN: see opaque_exec_known. */
+static int program_kind(const char *file, char *const argv[], const struct stat *known, char path[PATH_MAX])
+{
+	const char *name = file ? file : argv && argv[0] ? argv[0] : NULL;
+
+	if (!shim_find_program(name, path))
+		return -1;
+	return kind_of(path, strchr(name, '/') ? known : NULL);
+}
+
 HIDDEN int opaque_exec_known(const struct policy *pol, const char *file, char *const argv[],
 			     const struct stat *known)
 {
 	char path[PATH_MAX];
-	int kind;
+	int kind = program_kind(file, argv, known, path);
 
-	if (!shim_find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path))
-		return 0;
-	kind = kind_of(path, strchr(file ? file : argv[0], '/') ? known : NULL);
 	return kind < 0 ? 0 : opaque_verdict(pol, path, kind, argv);
 }
 
 HIDDEN void opaque_unloadable(const char *file, char *const argv[])
 {
 	char path[PATH_MAX];
-	int kind;
 
-	if (shim_find_program(file ? file : argv && argv[0] ? argv[0] : NULL, path)) {
-		kind = kind_of(path, NULL);
-		exec_no_preload = kind == PO_OTHERLD;
-	}
+	exec_no_preload = program_kind(file, argv, NULL, path) == PO_OTHERLD;
 }
 
 HIDDEN int opaque_exec(const struct policy *pol, const char *file, char *const argv[])
