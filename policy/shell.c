@@ -32,6 +32,7 @@ enum { WF_FETCHSUB = 1, WF_PROCFETCH = 2 };     /* word flags */
 enum { OP_SEP, OP_PIPE, OP_OPEN, OP_CLOSE };
 
 static const char fetch_why[] = "fetch-and-run: code fetched from the network is run by an interpreter";
+static const char bomb_why[] = "fork bomb: a shell function starts itself in a pipeline or in the background";
 
 struct sh {
 	const struct policy *pol;
@@ -80,6 +81,14 @@ struct sh {
 	int nvars, nfiles;
 	char vars[MAX_NAMES][32];
 	char files[MAX_NAMES][64];
+	/* shell functions whose bodies are being read (a fork bomb starts
+	 * itself in a pipeline or in the background): each one's name, and
+	 * the compound depth its body opens above */
+	int nfuncs;
+	char funcs[MAX_NAMES][64];
+	int func_depth[MAX_NAMES];
+	bool background;        /* the command being read ends with & */
+	int end_op;             /* and with this operator */
 };
 
 static void deny(struct sh *p, const char *why)
@@ -599,8 +608,35 @@ static void close_compound(struct sh *p)
 		p->pipe_fetch = p->saved_pipe[p->paren];
 		p->group_fetch[p->paren] |= f;
 		p->last_fetch = f;
+		while (p->nfuncs && p->func_depth[p->nfuncs - 1] >= p->paren)
+			p->nfuncs--;            /* the body of NAME() { ... } ended */
 	}
 	p->after_pipe = false;
+}
+
+/* NAME() or function NAME: the body that follows is NAME's. */
+static void define_function(struct sh *p, const char *name, size_t n)
+{
+	if (n && n < sizeof(p->funcs[0]) && p->nfuncs < MAX_NAMES) {
+		memcpy(p->funcs[p->nfuncs], name, n);
+		p->funcs[p->nfuncs][n] = 0;
+		p->func_depth[p->nfuncs++] = p->paren;
+	}
+}
+
+/* A command AV[0] ... that calls a function from inside that function's
+ * body, as a stage of a pipeline or in the background: each call starts
+ * two processes that start two more (:(){ :|:& };:), or a chain that never
+ * ends (f(){ f & }; f). Recursion run in the function's own process
+ * (walk(){ ... walk "$d"; }) is not one. */
+static bool fork_bomb(const struct sh *p, const char *name)
+{
+	if (!p->after_pipe && p->end_op != OP_PIPE && !p->background)
+		return false;
+	for (int i = 0; i < p->nfuncs; i++)
+		if (p->paren > p->func_depth[i] && !strcmp(p->funcs[i], name))
+			return true;
+	return false;
 }
 
 /* The fetch-and-run checks of the simple command AV (after assignments
@@ -891,8 +927,19 @@ static void command(struct sh *p)
 				remember_var(p, av[k]);
 	if (ac && one_of(av[0], "for\0case\0select\0"))
 		open_compound(p);
+	if (ac > 1 && !strcmp(av[0], "function")) {     /* function NAME { BODY } */
+		define_function(p, av[1], strcspn(av[1], "("));
+		if (ac < 3 || strcmp(av[2], "{"))
+			return;
+		open_compound(p);
+		av += 3, wf += 3, ac -= 3;
+	}
 	if (!ac || one_of(av[0], "for\0case\0select\0function\0[[\0((\0"))
 		return;
+	if (fork_bomb(p, av[0])) {
+		deny(p, bomb_why);
+		return;
+	}
 	fed = stage_fed(p);
 	if (one_of(av[0], "eval\0source\0.\0")) {
 		for (int k = 1; k < ac; k++) {
@@ -931,8 +978,10 @@ static void command(struct sh *p)
 static void end_command(struct sh *p, int op)
 {
 	end_word(p);
+	p->end_op = op;
 	if (p->argc && !p->deny)
 		command(p);
+	p->background = false;
 	keep_piped(p, op);
 	p->in = NULL;
 	p->nhd_cmd = p->nhd;
@@ -1035,6 +1084,7 @@ static void run(struct sh *p)
 				redirection(p);
 				break;
 			}
+			p->background = !(p->i + 1 < p->n && s[p->i + 1] == '&');
 			end_command(p, OP_SEP);
 			p->i += 1 + (p->i + 1 < p->n && s[p->i + 1] == '&');
 			break;
@@ -1050,7 +1100,13 @@ static void run(struct sh *p)
 		case '(':
 			if (p->in_word && p->i + 1 < p->n && s[p->i + 1] == ')') {
 				p->in_word = false;     /* NAME() { ...: a function */
+				define_function(p, p->buf + p->word_start, p->len - p->word_start);
 				p->argc = 0;
+				p->i += 2;
+			} else if (!p->in_word && p->argc == 1 && p->i + 1 < p->n && s[p->i + 1] == ')') {
+				define_function(p, p->argv[0], strlen(p->argv[0]));    /* NAME () { ... */
+				p->argc = 0;
+				p->len = 0;
 				p->i += 2;
 			} else if (p->in_word) {        /* arr=(a b) */
 				size_t e = find_close(s, p->i + 1, p->n);

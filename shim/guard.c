@@ -570,7 +570,8 @@ HIDDEN int guard_device_node(const char *p)
 }
 
 /* A shell started with -c whose string the policy refuses for one of its
- * simple commands (not for fetch-and-run, which no single exec shows): the
+ * simple commands (not for fetch-and-run or a fork bomb, which no single
+ * exec shows): the
  * shell may start, since it will exec that command through the shim, which
  * refuses it there. The agent then sees the shell's own "Operation not
  * permitted" and exit status, as from any failed command, instead of a shell
@@ -586,7 +587,7 @@ static bool refused_only_inside(const char *file, char *const argv[], const char
 	bool shell = false;
 	int n = 0;
 
-	if ((why && strstr(why, "fetch-and-run")) || !prog)
+	if ((why && (strstr(why, "fetch-and-run") || strstr(why, "fork bomb"))) || !prog)
 		return false;
 	base = strrchr(prog, '/');
 	base = base ? base + 1 : prog;

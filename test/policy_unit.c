@@ -799,6 +799,32 @@ static void test_shell_strings(void **state)
 	policy_free(pol);
 }
 
+/* A shell function that starts itself in a pipeline or in the background
+ * is a fork bomb, in every spelling of a function; recursion run in the
+ * function's own process, and a function piped or backgrounded from
+ * outside its body, are not. */
+static void test_shell_fork_bombs(void **state)
+{
+	struct policy *pol = load("[policy]\nmode = enforce\n");
+	static const char *const refused[] = {
+		":(){ :|:& };:", ":(){ :|: & };:", "bomb(){ bomb|bomb& };bomb", "function f { f|f& }; f",
+		"function f() { f & f; }; f", "f () { f | f & }; f", "x(){ (x|x)& }; x", "b(){ b & }; b",
+		"f(){\n  f |& f\n}\nf", "echo $(g(){ g|g& }; g)", "bash -c ':(){ :|:& };:'", "eval ':(){ :|:&};:'",
+		"f() { echo x | f; }; f",
+	};
+	static const char *const allowed[] = {
+		"walk(){ for d in \"$1\"/*/; do walk \"$d\"; done; }; walk .",
+		"walk(){ ls \"$1\" | while read d; do walk \"$1/$d\"; done; }; walk .",
+		"f(){ echo hi; }; f | grep hi; f & wait", "f(){ g | h & }; g(){ echo; }; f",
+		"fact(){ [ $1 -le 1 ] && echo 1 || echo $(( $1 * $(fact $(( $1 - 1 ))) )); }; fact 5",
+		"f(){ :; }; f | f", "sleep 1 & f(){ :; }; f",
+	};
+
+	(void)state;
+	expect_shells(pol, refused, sizeof(refused) / sizeof(refused[0]), allowed, sizeof(allowed) / sizeof(allowed[0]));
+	policy_free(pol);
+}
+
 static void test_key_fetch_and_run(void **state)
 {
 	static const char *const refused[] = {
@@ -1454,6 +1480,7 @@ int main(void)
 		cmocka_unit_test(test_remote_commands),
 		cmocka_unit_test(test_program_resolution),
 		cmocka_unit_test(test_shell_strings),
+		cmocka_unit_test(test_shell_fork_bombs),
 		cmocka_unit_test(test_shell_stdin_text),
 		cmocka_unit_test(test_key_fetch_and_run),
 		cmocka_unit_test(test_key_network),

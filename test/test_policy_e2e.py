@@ -25,10 +25,12 @@ import base64
 import gzip
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -50,6 +52,17 @@ PROLOGUE = "ulimit -f 20480; "  # a stand-in disk that is a file must not fill t
 # publish with nothing to publish, kill 1 inside a namespace) only a refusal
 # shows the policy worked.
 CONFINABLE = ("writes outside the writable roots", "reads of hidden paths")
+# A fork bomb's line runs where a check that failed would cost nothing:
+# in a directory of its own, as a user with few processes allowed.
+CONTAINED = ("fork bombs",)
+NOBODY = 65534
+
+
+def owner(path):
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
 
 
 def git(*args, cwd, env):
@@ -103,8 +116,48 @@ class World(Scratch):
     def shim_env(self, **extra):
         return self.env(LD_PRELOAD=SHIM, FTSBX_JOURNAL=self.journal, FTSBX_POLICY=self.policy, **extra)
 
-    def run(self, line, shim=True, namespace=False, root=False):
+    def contained(self, script, root):
+        """bash -c SCRIPT under the shim (ROOT: bash is the session's first
+        process) in a directory any user may enter, with copies of the shim
+        and the policy there, as user NOBODY if we are root, with
+        RLIMIT_NPROC 64 processes above what the user runs now; after 30 s
+        its whole process group is killed."""
+        d = os.path.join(self.base, "contained")
+        ws = os.path.join(d, "ws")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(ws)
+        os.chmod(self.base, 0o755)
+        shim, policy = os.path.join(d, "libftsbx.so"), os.path.join(d, "policy.ini")
+        shutil.copy(SHIM, shim)
+        shutil.copy(self.policy, policy)
+        for p in (d, ws):
+            os.chmod(p, 0o777)
+        uid, prefix = os.geteuid(), []
+        if uid == 0:
+            uid, prefix = NOBODY, ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        procs = sum(owner(f"/proc/{p}") == uid for p in os.listdir("/proc") if p.isdigit())
+        env = self.env(HOME=ws, TMPDIR=ws, WS=ws, FTSBX_WORKSPACE=ws)
+        argv = prefix + ["prlimit", f"--nproc={procs + 64}", "env", f"LD_PRELOAD={shim}", f"FTSBX_JOURNAL={d}/j",
+                         f"FTSBX_POLICY={policy}"]
+        argv += ["bash", "-c", script] if root else ["/usr/bin/env", "bash", "-c", script]
+        proc = subprocess.Popen(argv, cwd=ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            while True:         # until no process of the group is left
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+            out, err = proc.communicate()
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def run(self, line, shim=True, namespace=False, root=False, contained=False):
         script = PROLOGUE + line
+        if contained:
+            return self.contained(script, root)
         if root:                # bash itself is the session's first process
             argv = ["bash", "-c", script]
             return subprocess.run(argv, cwd=self.ws, env=self.shim_env(), capture_output=True, timeout=120)
@@ -248,7 +301,7 @@ def judge(world, i, root):
     ws_before = snap(world.ws)
     sys_before, home_before, refs_before = snap(world.sys), home_view(world.home), refs(world)
     namespace = cat.startswith("signals")
-    proc = world.run(line, namespace=namespace, root=root)
+    proc = world.run(line, namespace=namespace, root=root, contained=cat in CONTAINED)
     sys_after = snap(world.sys)
     listener.sock.close()
     if os.path.lexists(sock):
