@@ -127,13 +127,16 @@ static int elf_kind(const unsigned char *buf, size_t n, bool *short_read)
 		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz > n)
 			*short_read = true;
 		if (ph.p_type == PT_NOTE && ph.p_offset + ph.p_filesz <= n) {
-			/* the Go build ID: a note named "Go" */
+			/* the Go build ID: a note named "Go" (Go's linker
+			 * writes the name "Go\0\0", of size 4; 3 is the size
+			 * the ELF convention would give it) */
 			for (size_t o = ph.p_offset; o + 12 <= ph.p_offset + ph.p_filesz;) {
 				Elf64_Nhdr nh;
 				memcpy(&nh, buf + o, sizeof(nh));
-				if (nh.n_namesz == 3 && o + 15 > n)
+				bool named_go = nh.n_namesz == 3 || nh.n_namesz == 4;
+				if (named_go && o + 15 > n)
 					*short_read = true;
-				if (nh.n_namesz == 3 && o + 15 <= n && !memcmp(buf + o + 12, "Go", 3))
+				if (named_go && o + 15 <= n && !memcmp(buf + o + 12, "Go", 3))
 					go = true;
 				o += 12 + ((nh.n_namesz + 3) & ~3u) + ((nh.n_descsz + 3) & ~3u);
 			}

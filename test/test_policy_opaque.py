@@ -131,16 +131,17 @@ def test_a_program_changed_since_its_last_look_is_looked_at_again(tmp_path):
             assert not own[n], (n, own[n])
 
 
-def elf(phoff, note_at, interp=True):
+def elf(phoff, note_at, interp=True, namesz=4):
     """A 64-bit ELF file (it cannot run: it only has to be looked at) with
     its program headers at PHOFF and a note named "Go" (a Go build ID) at
-    NOTE_AT, 12 KiB long."""
+    NOTE_AT, 12 KiB long. Go's linker gives the name "Go\\0\\0" the size 4;
+    the ELF convention would give it 3."""
     import struct
     phnum = 2 if interp else 1
     data = bytearray(12288)
     data[:16] = b"\x7fELF\x02\x01\x01" + bytes(9)
     data[16:64] = struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, phoff, 0, 0, 64, 56, phnum, 0, 0, 0)
-    note = struct.pack("<III", 3, 4, 4) + b"Go\0\0" + b"abcd"
+    note = struct.pack("<III", namesz, 4, 4) + b"Go\0\0" + b"abcd"
     data[note_at:note_at + len(note)] = note
     phdrs = [struct.pack("<IIQQQQQQ", 4, 4, note_at, 0, 0, len(note), len(note), 4)]
     if interp:
@@ -151,18 +152,19 @@ def elf(phoff, note_at, interp=True):
     return bytes(data)
 
 
-@pytest.mark.parametrize("phoff,note_at,go", [
-    (64, 600, True),            # all in the first KiB
-    (64, 5000, True),           # the note further in, within the 8 KiB looked at
-    (3000, 400, True),          # the program headers further in
-    (64, 8180, False),          # the note runs past 8 KiB: not looked at (as ever)
-    (8180, 400, False),         # the program headers run past 8 KiB
+@pytest.mark.parametrize("phoff,note_at,go,namesz", [
+    (64, 600, True, 4),         # all in the first KiB
+    (64, 600, True, 3),         # the name's size as the ELF convention gives it
+    (64, 5000, True, 4),        # the note further in, within the 8 KiB looked at
+    (3000, 400, True, 4),       # the program headers further in
+    (64, 8180, False, 4),       # the note runs past 8 KiB: not looked at (as ever)
+    (8180, 400, False, 4),      # the program headers run past 8 KiB
 ])
-def test_go_programs_are_found_wherever_their_note_lies_in_the_first_8_kib(tmp_path, phoff, note_at, go):
+def test_go_programs_are_found_wherever_their_note_lies_in_the_first_8_kib(tmp_path, phoff, note_at, go, namesz):
     ws = tmp_path / "ws"
     ws.mkdir()
     prog = ws / "prog"
-    prog.write_bytes(elf(phoff, note_at))
+    prog.write_bytes(elf(phoff, note_at, namesz=namesz))
     prog.chmod(0o755)
     r = run_wrapped(tmp_path, ws, "import os\ntry:\n    os.waitpid(os.posix_spawn('./prog', ['./prog'], os.environ), 0)\n"
                     "except OSError as e:\n    print(e.errno)\n")
