@@ -252,15 +252,20 @@ def test_an_exempt_command_behind_sh_c_is_kept(tmp_path, mode):
         (None, ["bash", "-c", f"cd . && {prove} -v 't/x y'"]),
         (None, ["sh", "-c", f"CI=1 PYTHONPATH='src dir' {prove} -v"]),
         (None, ["sh", "-c", f"{prove}; echo done"]),
+        # the shell's own options before -c, in any spelling
+        (None, ["bash", "-l", "-c", prove]),
+        (None, ["bash", "--login", "--noprofile", "--norc", "-c", prove]),
+        (None, ["sh", "-e", "-x", "-c", prove]),
+        (None, ["bash", "-o", "pipefail", "-c", prove]),
     ])
-    assert codes == [1, 1, 0]
+    assert codes == [1, 1, 0, 1, 1, 1, 1]
     r, codes, snaps = start_calls(tmp_path, ws, mode, [(None, ["sh", "-c", f"{prove} || exit 4"]),
                                                        (None, ["sh", "-c", f"X=$(true) {prove}"])])
     assert codes == [4, 1]
     assert_same(snaps[0], snaps[1], "the tree after the rewound script")
     assert_same(snaps[1], snaps[2], "the tree after the rewound command with a substitution before it")
     rows = txn_rows(tmp_path)
-    assert [row["rewound"] for row in rows if row["status"] == 1] == ["no", "no", "yes"], rows
+    assert [row["rewound"] for row in rows if row["status"] == 1] == ["no", "no", "no", "no", "no", "no", "yes"], rows
     assert [row["rewound"] for row in rows if row["status"] == 4] == ["yes"], rows
 
 
