@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -461,15 +462,18 @@ _Static_assert(sizeof(machine_calls_i386) <= sizeof(machine_calls), "session_fil
 #define LOAD_ARG(i) ((struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, \
 	offsetof(struct seccomp_data, args[i]) + (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 4 : 0)))
 
-/* One ABI's numbers: io_uring_setup, the machine_calls, and mknod and
- * mknodat (-1: the ABI has no such call), whose mode is argument 1 and 2. */
-struct abi { uint32_t arch; bool x32; long io_uring, mknod, mknodat; const long *nrs; size_t n; };
+/* One ABI's numbers: io_uring_setup, the machine_calls, mknod and
+ * mknodat (-1: the ABI has no such call), whose mode is argument 1 and 2,
+ * and ioctl. */
+struct abi { uint32_t arch; bool x32; long io_uring, mknod, mknodat, ioctl; const long *nrs; size_t n; };
 
 /* One ABI's block at F: when the call's arch is A's, refuse io_uring_setup
- * and the machine calls, and mknod(at) of a character or block device;
- * else skip to the next block. The mode is the only argument looked at,
- * and only for those two calls: the kernel still caches the answer for
- * every other call. */
+ * and the machine calls, mknod(at) of a character or block device, and
+ * ioctl(TIOCSTI), which types into a terminal: into the shell the agent
+ * was started from, which runs it once the session is over, outside the
+ * policy and the journal; else skip to the next block. The mode and the
+ * ioctl's request are the only arguments looked at, and only for those
+ * three calls: the kernel still caches the answer for every other call. */
 static size_t abi_block(struct sock_filter *f, const struct abi *a)
 {
 	size_t k = 0, jump;
@@ -497,6 +501,11 @@ static size_t abi_block(struct sock_filter *f, const struct abi *a)
 		f[k++] = RET(SECCOMP_RET_ALLOW);
 		f[k++] = RET(SECCOMP_RET_ERRNO | EPERM);
 	}
+	f[k++] = JEQ(a->ioctl, 0, 4);
+	f[k++] = LOAD_ARG(1);
+	f[k++] = JEQ(TIOCSTI, 0, 1);
+	f[k++] = RET(SECCOMP_RET_ERRNO | EPERM);
+	f[k++] = RET(SECCOMP_RET_ALLOW);
 	f[k++] = RET(SECCOMP_RET_ALLOW);
 	f[jump] = JEQ(a->arch, 0, k - jump - 1);
 	return k;
@@ -516,18 +525,18 @@ static size_t abi_block(struct sock_filter *f, const struct abi *a)
 static bool session_filter(void)
 {
 	enum { NM = sizeof(machine_calls) / sizeof(machine_calls[0]) };
-	struct sock_filter f[2 * (4 + 2 * (NM + 1) + 2 * 7 + 1) + 1];
+	struct sock_filter f[2 * (4 + 2 * (NM + 1) + 2 * 7 + 5 + 1) + 1];
 	size_t k = 0;
 
 #if defined(__x86_64__)
 	static const struct abi abis[] = {
-		{ AUDIT_ARCH_X86_64, true, SYS_io_uring_setup, SYS_mknod, SYS_mknodat, machine_calls, NM },
-		{ AUDIT_ARCH_I386, false, IO_URING_I386, 14, 297, machine_calls_i386,
+		{ AUDIT_ARCH_X86_64, true, SYS_io_uring_setup, SYS_mknod, SYS_mknodat, SYS_ioctl, machine_calls, NM },
+		{ AUDIT_ARCH_I386, false, IO_URING_I386, 14, 297, 54, machine_calls_i386,
 		  sizeof(machine_calls_i386) / sizeof(machine_calls_i386[0]) },
 	};
 #elif defined(__aarch64__)
 	static const struct abi abis[] = {
-		{ AUDIT_ARCH_AARCH64, false, SYS_io_uring_setup, -1, SYS_mknodat, machine_calls, NM },
+		{ AUDIT_ARCH_AARCH64, false, SYS_io_uring_setup, -1, SYS_mknodat, SYS_ioctl, machine_calls, NM },
 	};
 #else
 	return false;   /* no arch known to check the numbers against */

@@ -485,3 +485,70 @@ def test_roots_a_new_home_does_not_have_yet_can_be_made(scratch_policy, tmp_path
     subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], check=True,
                    capture_output=True)
     assert listing() == [".local", ".npm", ".npm/_cacache", ".npm/_cacache/entry", ".npm/bb"]
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_a_static_program_started_by_ftsbx_run_itself_is_confined(scratch_policy, tmp_path):
+    """No shim loads into a static program: ftsbx run starts one that is the
+    command itself through env, which the shim is in, so that it is judged,
+    warned about and confined as one a tool call starts (before, busybox
+    as the command ran with no policy and no Landlock at all)."""
+    ws, outside, pol, _ = scratch_policy
+    env = dict(os.environ, HOME=str(tmp_path))
+    for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_POLICY"):
+        env.pop(k, None)
+
+    def ftsbx_run(policy, *argv):
+        return subprocess.run([os.path.join(BUILD, "ftsbx"), "run", "--policy", str(policy), "--journal",
+                               str(tmp_path / "j"), "--", *argv], cwd=ws, env=env, capture_output=True, text=True,
+                              timeout=60)
+    r = ftsbx_run(pol, "busybox", "touch", str(outside / "x"))
+    assert r.returncode != 0 and "static binary" in r.stderr, r.stderr
+    assert not (outside / "x").exists()
+    r = ftsbx_run(pol, "busybox", "touch", "inside")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "inside").exists()
+    ruled = tmp_path / "ruled.ini"             # a rule on the applet holds, as in a tool call
+    ruled.write_text(pol.read_text() + "[commands]\nno-touch = touch\n")
+    r = ftsbx_run(ruled, "busybox", "touch", "inside2")
+    assert r.returncode == 126 and "no-touch" in r.stderr, r.stderr
+    assert not (ws / "inside2").exists()
+
+
+TIOCSTI = r"""
+#include <errno.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* TIOCSTI on standard input (a pipe here: ENOTTY where nothing refuses
+ * it), through libc and by a system call; TIOCGWINSZ as a control */
+int main(void)
+{
+	char c = 'x';
+	struct winsize w;
+	int a = ioctl(0, TIOCSTI, &c) < 0 ? errno : 0;
+	int b = syscall(SYS_ioctl, 0, TIOCSTI, &c) < 0 ? errno : 0;
+	int g = ioctl(0, TIOCGWINSZ, &w) < 0 ? errno : 0;
+	printf("%d %d %d\n", a, b, g);
+	return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not landlock_available(), reason="the kernel has no Landlock")
+def test_no_program_types_into_a_terminal(scratch_policy, tmp_path):
+    """ioctl(TIOCSTI) pushes characters into a terminal's input: into the
+    shell the agent was started from, which would run them once the
+    session is over, outside the policy and the journal. The session's
+    seccomp filter refuses it with EPERM, to static programs too; other
+    ioctls pass."""
+    ws, _, pol, _ = scratch_policy
+    for static in ([], ["-static"]):
+        prog = tmp_path / f"sti{len(static)}"
+        subprocess.run(["gcc", "-O2", *static, "-x", "c", "-", "-o", str(prog)], input=TIOCSTI.encode(),
+                       check=True)
+        plain = subprocess.run([str(prog)], input="", capture_output=True, text=True, check=True)
+        assert plain.stdout.split() == ["25", "25", "25"], plain.stdout   # ENOTTY: a pipe is no terminal
+        r = run(ws, pol, tmp_path, f"true | {prog}")
+        assert r.stdout.split() == ["1", "1", "25"], r.stdout + r.stderr  # EPERM, EPERM, ENOTTY

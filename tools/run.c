@@ -25,6 +25,7 @@
  * is there: a command that cannot start leaves nothing behind. ftsbx is a
  * static program (GNUmakefile): no dynamic loading at its start.
  */
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -35,6 +36,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 #include "../journal/journal.h"
@@ -176,6 +178,95 @@ static bool prepare_session(const char *journal, char *const *cmd, char **env, p
 	}
 	jsession_close(&s);
 	return put;
+}
+
+/* Does the shim load into the program PATH? Not into a static one
+ * (busybox-static, Go without cgo), one of musl's, a 32-bit one, or one
+ * whose exec gains privileges (setuid, setgid, file capabilities), for
+ * which the loader drops LD_PRELOAD. True for anything else (a script, a
+ * file that cannot be read: the exec says what is wrong). */
+static bool shim_loads(const char *path)
+{
+	unsigned char buf[4096];
+	Elf64_Ehdr eh;
+	struct stat st;
+	bool interp = false;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return true;
+	n = fstat(fd, &st) == 0 ? read(fd, buf, sizeof(buf)) : -1;
+	close(fd);
+	if (n < 0)
+		return true;
+	if ((st.st_mode & S_ISUID && st.st_uid != geteuid()) || (st.st_mode & S_ISGID && st.st_gid != getegid()) ||
+	    (geteuid() != 0 && getxattr(path, "security.capability", NULL, 0) >= 0))
+		return false;
+	if (n < EI_NIDENT || memcmp(buf, ELFMAG, SELFMAG))
+		return true;
+	if (buf[EI_CLASS] != ELFCLASS64)
+		return false;
+	if ((size_t)n < sizeof(eh))
+		return true;
+	memcpy(&eh, buf, sizeof(eh));
+	for (int i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+		size_t off = eh.e_phoff + (size_t)i * sizeof(ph);
+		if (off + sizeof(ph) > (size_t)n)
+			return true;    /* not seen: the shim judges it as it loads */
+		memcpy(&ph, buf + off, sizeof(ph));
+		if (ph.p_type == PT_INTERP) {
+			interp = true;
+			if (ph.p_offset + ph.p_filesz <= (size_t)n &&
+			    memmem(buf + ph.p_offset, ph.p_filesz, "ld-musl", 7))
+				return false;
+		}
+	}
+	return interp;
+}
+
+/* CMD's program, found as execvp finds it, into OUT; false if none. */
+static bool find_program(const char *name, char *out, size_t size)
+{
+	const char *path = getenv("PATH");
+
+	if (strchr(name, '/'))
+		return snprintf(out, size, "%s", name) < (int)size;
+	for (path = path ? path : "/usr/local/bin:/usr/bin:/bin"; *path;) {
+		size_t k = strcspn(path, ":");
+		struct stat st;
+		if (snprintf(out, size, "%.*s%s%s", (int)k, path, k ? "/" : "", name) < (int)size &&
+		    stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0)
+			return true;
+		path += k + (path[k] == ':');
+	}
+	return false;
+}
+
+/* The command line to start for CMD: CMD itself, or, when the shim cannot
+ * load into its program, env -- CMD... in ROOM (which has room for CMD's
+ * words and two more): env is the session's first process then, the shim
+ * in it, and its exec of CMD is judged as every exec in the session is
+ * (refused, or run with a warning in its own Landlock domain, under the
+ * session's). Started as it is, a static program would run with no policy
+ * and no confinement at all, and a setuid one unjudged. */
+static char *const *root_command(char *const *cmd, char **room)
+{
+	static char env[] = "/usr/bin/env", dashes[] = "--";
+	char path[PATH_MAX];
+	int n = 0;
+
+	if (!find_program(cmd[0], path, sizeof(path)) || shim_loads(path) || access(env, X_OK) < 0)
+		return cmd;
+	room[0] = env;
+	room[1] = dashes;
+	while (cmd[n]) {
+		room[n + 2] = cmd[n];
+		n++;
+	}
+	room[n + 2] = NULL;
+	return room;
 }
 
 /* Start CMD in ENV with the descriptor READY (or -1) left open across the
@@ -393,7 +484,11 @@ int cmd_run(int argc, char **argv)
 	env = root_env(lib, journal, policy, calls, *v ? v : NULL);
 	if (!env)
 		return 126;
-	pid = start(argv + i + 1, env, *v ? ready[0] : -1);
+	char **room = calloc((size_t)(argc - i) + 2, sizeof(char *));
+	if (!room)
+		return 126;
+	pid = start(root_command(argv + i + 1, room), env, *v ? ready[0] : -1);
+	free(room);
 	if (ready[0] >= 0)
 		close(ready[0]);
 	if (pid < 0) {
