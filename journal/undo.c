@@ -676,6 +676,36 @@ static int undo_meta(struct undo *u)
 	return err ? err : !u->changed;
 }
 
+/* A directory on PATH's way (not PATH itself) that is a symlink, into
+ * WHICH. The journal's paths are resolved ones: each of their directories
+ * was one when the path was recorded. One that is a symlink now was put
+ * there since by something the journal did not see (a static program, a
+ * change made outside the session), and an undo through it would act
+ * wherever it points: outside the workspace, as the user running rewind. */
+static bool symlink_on_way(const char *path, char *which, size_t n)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+	struct stat st;
+
+	if (len >= sizeof(buf))
+		return false;
+	memcpy(buf, path, len + 1);
+	for (char *s = strchr(buf + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = 0;
+		if (lstat(buf, &st) < 0) {
+			*s = '/';
+			return false;   /* nothing from here on exists */
+		}
+		if (S_ISLNK(st.st_mode)) {
+			snprintf(which, n, "%s", buf);
+			return true;
+		}
+		*s = '/';
+	}
+	return false;
+}
+
 typedef int (*undoer)(struct undo *u);
 
 static const struct {
@@ -701,6 +731,7 @@ int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct 
 		 size_t msglen)
 {
 	struct undo u = { .r = r, .c = c, .msg = msg, .msglen = msglen, .h = h };
+	char link[PATH_MAX];
 	int ret;
 
 	if (msglen)
@@ -715,6 +746,9 @@ int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct 
 	else if (undoers[c->type].stat && !jrec_stat(c, F_STAT, &u.st))
 		ret = failf(&u, -EBADMSG, "seq %llu: %s record for '%s' without its metadata",
 			    (unsigned long long)c->seq, jtype_name(c->type), u.path);
+	else if (symlink_on_way(u.path, link, sizeof(link)) || (u.path2 && symlink_on_way(u.path2, link, sizeof(link))))
+		ret = failf(&u, -ELOOP, "cannot undo the %s of '%s': '%s' on its way is now a symlink, which the "
+			    "journal did not see made; left alone", jtype_name(c->type), u.path, link);
 	else
 		ret = undoers[c->type].fn(&u);
 	free(u.path);
