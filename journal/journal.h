@@ -354,11 +354,19 @@ int jundo(const struct jreader *r, const struct jrecord *c, char *msg, size_t ms
  * ALIAS (dev, ino; ino 0: none): that new inode, where a J_RENAME finds
  * the file it moved. OTHER_NAME (NULL: none): a path, into OUT, that holds
  * the inode a removed file with other hard links (J: its metadata) was, or
- * the new one it came back as; false when none does. */
+ * the new one it came back as; false when none does. WAY (NULL: none):
+ * the directory the last undo found no symlink on the way to, kept by the
+ * caller for one rewind (an undo only ever brings a symlink back where no
+ * record before it has a path through: the journal's paths are resolved). */
+struct jundo_way {
+	size_t len;
+	char dir[PATH_MAX];
+};
 struct jundo_hints {
 	uint64_t alias[2];
 	bool (*other_name)(void *ctx, const struct jstat *j, char out[PATH_MAX]);
 	void *ctx;
+	struct jundo_way *way;
 };
 int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct jundo_hints *h, char *msg,
 		 size_t msglen);

@@ -135,6 +135,7 @@ struct rw {
 	char **namelist;
 	size_t nnames, capnames;
 	bool names_read;
+	struct jundo_way way;          /* see jundo_hints */
 	struct jsession s;
 	struct jseg g;
 	bool seg_open;
@@ -799,7 +800,7 @@ static int apply(struct rw *w, size_t i, const struct stat *const before[2], con
 		return err;
 	}
 	struct jstat j;
-	struct jundo_hints h = { .other_name = other_name, .ctx = w };
+	struct jundo_hints h = { .other_name = other_name, .ctx = w, .way = &w->way };
 	if (c->type == J_RENAME && jrec_stat(c, F_STAT, &j))
 		renamed_alias(w, &j, h.alias);
 	ret = jundo_hinted(&w->r, c, &h, msg, sizeof(msg));

@@ -681,27 +681,46 @@ static int undo_meta(struct undo *u)
  * was one when the path was recorded. One that is a symlink now was put
  * there since by something the journal did not see (a static program, a
  * change made outside the session), and an undo through it would act
- * wherever it points: outside the workspace, as the user running rewind. */
-static bool symlink_on_way(const char *path, char *which, size_t n)
+ * wherever it points: outside the workspace, as the user running rewind.
+ * The directories WAY holds were looked at already (a rewind's undoes go
+ * mostly directory by directory: an lstat of each directory of each path
+ * made a rewind of rm -rf 35 % slower). */
+static bool symlink_on_way(const char *path, struct jundo_way *way, char *which, size_t n)
 {
 	char buf[PATH_MAX];
-	size_t len = strlen(path);
+	const char *slash = strrchr(path, '/');
+	size_t dir = slash ? (size_t)(slash - path) : 0, from = 0;
 	struct stat st;
 
-	if (len >= sizeof(buf))
+	if (dir == 0 || dir >= sizeof(buf))
 		return false;
-	memcpy(buf, path, len + 1);
-	for (char *s = strchr(buf + 1, '/'); s; s = strchr(s + 1, '/')) {
-		*s = 0;
-		if (lstat(buf, &st) < 0) {
-			*s = '/';
+	if (way) {
+		/* the directories WAY and PATH's share */
+		while (from < dir && from < way->len && path[from] == way->dir[from])
+			from++;
+		if (from == dir && (way->len == dir || way->dir[dir] == '/'))
+			return false;
+		while (from && path[from] != '/')
+			from--;
+	}
+	memcpy(buf, path, dir);
+	buf[dir] = 0;
+	for (char *s = strchr(buf + from + 1, '/');; s = strchr(s + 1, '/')) {
+		if (s)
+			*s = 0;
+		if (lstat(buf, &st) < 0)
 			return false;   /* nothing from here on exists */
-		}
 		if (S_ISLNK(st.st_mode)) {
 			snprintf(which, n, "%s", buf);
 			return true;
 		}
+		if (!s)
+			break;
 		*s = '/';
+	}
+	if (way) {
+		memcpy(way->dir, buf, dir + 1);
+		way->len = dir;
 	}
 	return false;
 }
@@ -746,7 +765,8 @@ int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct 
 	else if (undoers[c->type].stat && !jrec_stat(c, F_STAT, &u.st))
 		ret = failf(&u, -EBADMSG, "seq %llu: %s record for '%s' without its metadata",
 			    (unsigned long long)c->seq, jtype_name(c->type), u.path);
-	else if (symlink_on_way(u.path, link, sizeof(link)) || (u.path2 && symlink_on_way(u.path2, link, sizeof(link))))
+	else if (symlink_on_way(u.path, h->way, link, sizeof(link)) ||
+		 (u.path2 && symlink_on_way(u.path2, h->way, link, sizeof(link))))
 		ret = failf(&u, -ELOOP, "cannot undo the %s of '%s': '%s' on its way is now a symlink, which the "
 			    "journal did not see made; left alone", jtype_name(c->type), u.path, link);
 	else
