@@ -309,3 +309,36 @@ def test_a_workspace_in_dev_shm_is_journaled(tmp_path):
         assert_same(before, snapshot(os.fsencode(ws)))
     finally:
         shutil.rmtree(ws, ignore_errors=True)
+
+
+AGENT_LOG = """
+import logging, subprocess, time
+logging.basicConfig(filename="agent.log", level=logging.INFO)
+with open("notes.txt", "w") as notes:       # held open across the tool calls too
+    for i, cmd in enumerate(["echo one > out1.txt", "sleep 1.2; echo two >> out1.txt", "true"]):
+        logging.info("call %d: %s", i, cmd)
+        notes.write(f"{i}\\n")
+        notes.flush()
+        subprocess.run(["sh", "-c", cmd], check=True)
+        time.sleep(0.1)
+        logging.info("call %d done", i)
+logging.info("bye")
+"""
+
+
+def test_the_agents_own_files_written_through_held_descriptors_are_rewound(tmp_path):
+    """An agent opens its log file once (logging.basicConfig) and writes on
+    through that descriptor across tool calls and after the last one, where
+    no hook sees a write: the whole-session rewind removes the file all the
+    same, with no drift reported (the root runs on after each of its own
+    transactions, as a process a tool call left running does)."""
+    ws = make_ws(tmp_path)
+    before = snapshot(os.fsencode(ws))
+    (tmp_path / "agent.py").write_text(AGENT_LOG)
+    r = run(tmp_path, "--", "python3", str(tmp_path / "agent.py"))
+    assert r.returncode == 0, r.stderr
+    assert "bye" in (ws / "agent.log").read_text()
+    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and "drift" not in out.stderr, out.stderr
+    assert_same(before, snapshot(os.fsencode(ws)))
