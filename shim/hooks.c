@@ -490,10 +490,10 @@ static void seen_end(const char *p, enum jcap_op op, mode_t type, const uint64_t
  * rm), the session's start (the workspace: where the agent, and the shell
  * that started it, stand; the parent of the session's root is out of
  * Landlock's reach: EACCES); nor where this process holds a descriptor on
- * it (jcap_removeat looks). A process in a removed directory finds nothing
- * there and can make nothing in it, where one in a kept directory would see
- * the journal's objects. Another process standing there is not looked for
- * (documented). */
+ * it (jcap_removeat looks); nor where the session's root stands. A process
+ * in a removed directory finds nothing there and can make nothing in it,
+ * where one in a kept directory would see the journal's objects. Another
+ * process standing there is not looked for (documented). */
 static bool may_keep_dir(const char *p, const char *path, int flags)
 {
 	char cwd[PATH_MAX], proc[32] = "/proc/";
@@ -508,12 +508,26 @@ static bool may_keep_dir(const char *p, const char *path, int flags)
 		return false;
 	if (!(c = cwd_get()) || path_under(c, p, pn) || guard_workspace_under(p))
 		return false;
-	memcpy(proc + 6 + jdecimal(proc + 6, (uint64_t)getppid()), "/cwd", 5);
-	k = readlink(proc, cwd, sizeof(cwd) - 1);
-	if (k < 0)
-		return errno == EACCES || errno == ENOENT;      /* outside the session; gone */
-	cwd[k] = 0;
-	return !path_under(cwd, p, pn);
+	/* the parent, and the session's root (the agent, which may have
+	 * chdir'd into a directory a tool call's rm -rf removes: kept, it
+	 * would stand in the journal after a rewind made the directory anew) */
+	const char *root = shim_getenv("FTSBX_ROOT");
+	pid_t pids[2] = { getppid(), root ? (pid_t)strtol(root, NULL, 10) : 0 };
+	for (int i = 0; i < 2; i++) {
+		if (pids[i] <= 0 || (i && (pids[i] == getpid() || pids[i] == pids[0])))
+			continue;
+		memcpy(proc + 6 + jdecimal(proc + 6, (uint64_t)pids[i]), "/cwd", 5);
+		k = readlink(proc, cwd, sizeof(cwd) - 1);
+		if (k < 0) {
+			if (errno == EACCES || errno == ENOENT)
+				continue;       /* outside the session; gone */
+			return false;
+		}
+		cwd[k] = 0;
+		if (path_under(cwd, p, pn))
+			return false;
+	}
+	return true;
 }
 
 /* The removal of P, which the program names as PATH relative to DIRFD: the

@@ -3,6 +3,7 @@ the session's root starts is one transaction with its command line; a tool
 call that fails is rewound before the agent sees its status when
 FTSBX_ON_FAILURE=rewind; the agent's own machinery (multiprocessing workers)
 is not a tool call; a whole-session rewind gives back the tree as it was."""
+import errno
 import json
 import os
 import shutil
@@ -1436,3 +1437,39 @@ def test_a_tool_call_through_popen_ends_at_pclose_and_is_rewound_on_failure(tmp_
     assert ended["sh -c echo one >> state.txt"][0] == 0, ended
     assert ended["sh -c kill -9 $$"][0] == 128 + 9, ended
     rewind_whole(tmp_path, ws, before)
+
+
+CWD_AGENT = textwrap.dedent("""
+    import os, subprocess
+    subprocess.run(["sh", "-c", "mkdir build && echo b > build/f"], check=True)
+    os.chdir("build")
+    rc = subprocess.run(["sh", "-c", "cd .. && rm -rf build; exit 1"]).returncode
+    print("rc", rc)
+    try:
+        print("cwd", os.getcwd())
+    except FileNotFoundError:
+        print("cwd (removed)")
+    try:
+        open("own.txt", "w").write("x")
+        print("write ok")
+    except OSError as e:
+        print("write", e.errno)
+""")
+
+
+def test_a_directory_the_agent_stands_in_is_not_kept_in_the_journal(tmp_path):
+    """A tool call removes the directory the agent stands in and fails: its
+    rewind makes the directory anew, and the agent is left in the removed
+    one, as without the shim (its writes there fail ENOENT), never in the
+    journal (where the journal's rmdir would have kept the directory)."""
+    ws = setup_ws(tmp_path)
+    (tmp_path / "cwd_agent.py").write_text(CWD_AGENT)
+    env = shim_env(tmp_path, FTSBX_ON_FAILURE="rewind")
+    r = subprocess.run(["/usr/bin/python3", str(tmp_path / "cwd_agent.py")], cwd=ws, env=env, capture_output=True,
+                       text=True, timeout=60)
+    out = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert out["rc"] == "1", r.stdout + r.stderr
+    assert str(tmp_path / "j") not in out["cwd"], r.stdout + r.stderr
+    assert out["write"] == str(errno.ENOENT), r.stdout + r.stderr
+    assert "ftsbx: refused" not in r.stderr, r.stderr
+    assert (ws / "build" / "f").read_text() == "b\n"
