@@ -991,6 +991,13 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 		if (starts_with(&pg, 's') && has_name(&pg, "ssh") &&
 		    ssh_denies(pol, argv, argc, path_value, depth, why))
 			return PV_DENY;
+		/* an interpreter running a script: the rules hold on the
+		 * script as the program, as they do when the kernel runs it
+		 * by its #! line (bash $(command -v gcloud) projects delete,
+		 * python3 ./manage.py flush) */
+		int at = pol_script_at(pol, argv, argc);
+		if (at && exec_argv(pol, NULL, argv + at, path_value, depth + 1, why, NULL, in) == PV_DENY)
+			return PV_DENY;
 		w = find_wrapper(&pg, argv[0]);
 		idx = w ? unwrap_with(w, argv, argc, &split) : -1;
 		if (split && pol_shell(pol, split, strlen(split), path_value, depth + 1, why, NULL) == PV_DENY)

@@ -238,5 +238,8 @@ int pol_unwrap(char *const argv[], int argc, const char **split);
  * fetcher (curl ...), for a $(...) around it. */
 enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len, const char *path_value,
 			int depth, const char **why, bool *fetches);
+/* The index in AV of the script an interpreter runs (bash ./i.sh ARGS,
+ * python3 /usr/bin/aws ARGS), or 0: none (code, a module, its stdin). */
+int pol_script_at(const struct policy *pol, char *const av[], int ac);
 
 #endif

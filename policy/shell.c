@@ -1207,6 +1207,20 @@ enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len
 	return shell_in(pol, script, len, path_value, depth, why, fetches, false);
 }
 
+int pol_script_at(const struct policy *pol, char *const av[], int ac)
+{
+	const char *name = base_of(av[0]);
+	bool shell;
+	int at = -1;
+
+	if (!pol_is_interpreter(pol, name) || !strcmp(name, "busybox"))
+		return 0;       /* busybox sh: the wrapper is seen through first */
+	shell = is_shell_name(name);
+	if (code_arg(av, ac, shell, &at) || reads_stdin(av, ac))
+		return 0;
+	return script_arg(av, ac, shell, &at) && at > 0 && at < ac ? at : 0;
+}
+
 /* --- one process of a pipeline (policy.h) --------------------------------------- */
 
 /* The program an exec runs, through its wrappers, as policy_stream_role

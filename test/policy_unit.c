@@ -825,6 +825,26 @@ static void test_shell_fork_bombs(void **state)
 	policy_free(pol);
 }
 
+/* An interpreter running a script: the rules hold on the script as the
+ * program, as when the kernel runs it by its #! line. */
+static void test_interpreter_scripts(void **state)
+{
+	struct policy *pol = load("[commands]\ngc = gcloud * delete\ndj = manage.py flush\n"
+				  "[fetch-and-run]\ninterpreters = sh bash python3\n");
+
+	(void)state;
+	assert_int_equal(EXEC(pol, "bash", "/usr/lib/google-cloud-sdk/bin/gcloud", "projects", "delete"), PV_DENY);
+	assert_int_equal(EXEC(pol, "sh", "-e", "gcloud", "x", "delete"), PV_DENY);
+	assert_int_equal(EXEC(pol, "python3", "-W", "ignore", "./manage.py", "flush"), PV_DENY);
+	assert_int_equal(EXEC(pol, "nice", "python3", "--", "/srv/app/manage.py", "flush"), PV_DENY);
+	/* code, a module, standard input: no script named */
+	assert_int_equal(EXEC(pol, "python3", "-c", "gcloud", "delete"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "python3", "-m", "manage.py", "flush"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "bash", "-s", "gcloud", "delete"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "python3", "./manage.py", "migrate"), PV_ALLOW);
+	policy_free(pol);
+}
+
 static void test_key_fetch_and_run(void **state)
 {
 	static const char *const refused[] = {
@@ -1481,6 +1501,7 @@ int main(void)
 		cmocka_unit_test(test_program_resolution),
 		cmocka_unit_test(test_shell_strings),
 		cmocka_unit_test(test_shell_fork_bombs),
+		cmocka_unit_test(test_interpreter_scripts),
 		cmocka_unit_test(test_shell_stdin_text),
 		cmocka_unit_test(test_key_fetch_and_run),
 		cmocka_unit_test(test_key_network),
