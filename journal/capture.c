@@ -1264,6 +1264,28 @@ int jcap_remove(struct jseg *g, uint32_t txn, const char *path)
 	return remove_known(g, txn, path, AT_FDCWD, path, NULL);
 }
 
+int jcap_remove_copy(struct jseg *g, uint32_t txn, const char *path)
+{
+	struct stat st;
+	struct rec r = { .type = J_REMOVE, .path = path, .st = &st, .xattrs = XA_PATH };
+	int fd, err;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;    /* the call fails too */
+	if (!S_ISREG(st.st_mode))
+		return jcap_remove(g, txn, path);
+	dedup_bump(g->s);       /* the name will stand for another inode, or none */
+	err = parent_meta(g, txn, path);
+	if (err)
+		return err;
+	fd = open_pre(path, &st);
+	if (fd < 0)
+		return fd;
+	err = S_ISREG(st.st_mode) ? emit_with_bytes(g, txn, &r, fd, 0) : -EAGAIN;
+	close(fd);
+	return err;
+}
+
 static bool names_dir(const struct stat *st)
 {
 	return S_ISDIR(st->st_mode) || S_ISLNK(st->st_mode);

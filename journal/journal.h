@@ -217,6 +217,10 @@ int jcap_create(struct jseg *g, uint32_t txn, const char *path);
 int jcap_content(struct jseg *g, uint32_t txn, const char *path);
 int jcap_append(struct jseg *g, uint32_t txn, const char *path);
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
+/* The same, with a copy of a regular file's bytes in the record, never its
+ * inode: the file lives on where no change is journaled (renamed into an
+ * untracked cache), and a kept inode would change with it. */
+int jcap_remove_copy(struct jseg *g, uint32_t txn, const char *path);
 /* The same, with the program's own DIRFD and NAME for the system calls when
  * NAME is one component (PATH is what the record keeps). */
 int jcap_removeat(struct jseg *g, uint32_t txn, const char *path, int dirfd, const char *name, bool keep);

@@ -576,6 +576,15 @@ static bool lock_first(const char *p)
 	return true;
 }
 
+/* A regular file with other names (ST: its lstat, 0 mode if none): a
+ * change made through an untracked name of it (a cache's: ln ws/f
+ * ~/.cache/x) is a change of its other names too, which may be the
+ * workspace's; it is journaled as theirs would be. */
+static bool other_names(const struct stat *st)
+{
+	return S_ISREG(st->st_mode) && st->st_nlink > 1;
+}
+
 static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool follow, bool creates)
 {
 	struct stat st;
@@ -600,9 +609,12 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 	if (!err && (err = mode == S_IFCHR ? off_limits(opname, p) : off_limits_change(opname, p)))
 		return err;
 	if (!err && (err = guard_write(opname, p, mode))) {
-		if (err == 1 && !mode)
-			untracked_entry(p);
-		return err == 1 ? 0 : err;
+		if (err != 1 || !other_names(&st)) {
+			if (err == 1 && !mode)
+				untracked_entry(p);
+			return err == 1 ? 0 : err;
+		}
+		err = 0;        /* journaled, as its other names are */
 	}
 	bool lock = !mode || mode == S_IFREG || mode == S_IFDIR || mode == S_IFLNK;
 	if (locked && (moved || !lock)) {
@@ -794,7 +806,9 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 	canonical_parent(p);
 	if ((err = off_limits_change("remove", p)))
 		return err;
-	if ((err = guard_write("remove", p, 0))) {
+	struct stat st;
+	if ((err = guard_write("remove", p, 0)) &&
+	    (err != 1 || flags & AT_REMOVEDIR || lstat(p, &st) < 0 || !other_names(&st))) {
 		if (err == 1)
 			untracked_entry(p);
 		return err == 1 ? 0 : err;
@@ -840,7 +854,15 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		return 0;       /* both untracked: not journaled */
 	}
 	err = journal_err(shim_segment(&g));
-	if (!err) {
+	if (!err && wt == 1 && !wf && !untracked(from) && !(flags & RENAME_EXCHANGE) && !moves_lookups(from)) {
+		/* a file of the workspace moved into a cache, where its changes
+		 * are not journaled (mv f ~/.cache/f; edit; mv back): its
+		 * removal, with a copy of its bytes, not its inode */
+		lock_paths(g, from, NULL);
+		err = jcap_remove_copy(g, shim_txn(), from);
+		if (!err)
+			untracked_entry(to);
+	} else if (!err) {
 		bool dirs;
 
 		lock_paths(g, from, to);
@@ -854,7 +876,9 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 /* A device node made by the session (mknod c 1 1 in a writable root) would
  * be a way to the hardware that no path rule follows: refused, whatever its
  * name. FIFOs, sockets and plain files are creations like any other. */
-HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
+/* The creation of PATH (a MODE); JOURNALED: journaled even where the
+ * policy leaves it untracked (a cache's new name of a workspace's file). */
+static int create_node(int dirfd, const char *path, mode_t mode, bool journaled)
 {
 	char p[PATH_MAX];
 	int err = path_abs(p, dirfd, path);
@@ -868,7 +892,7 @@ HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
 		return err;
 	if ((S_ISCHR(mode) || S_ISBLK(mode)) && (err = guard_device_node(p)))
 		return err;
-	if ((err = guard_create(p, S_ISDIR(mode)))) {
+	if ((err = guard_create(p, S_ISDIR(mode))) && (err != 1 || !journaled)) {
 		if (err == 1)
 			untracked_entry(p);
 		return err == 1 ? 0 : err;
@@ -881,6 +905,11 @@ HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
 		err = jcap_create(g, shim_txn(), p);
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
+}
+
+HIDDEN int pre_mknod(int dirfd, const char *path, mode_t mode)
+{
+	return create_node(dirfd, path, mode, false);
 }
 
 HIDDEN int pre_create(int dirfd, const char *path)
@@ -967,7 +996,17 @@ HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
 	/* A file with a second name needs a record at each change (capture.c):
 	 * no thread may answer for it from what it saw of one name. */
 	bump(J_CTR_TURNS);
-	return pre_create(nd, n);
+	/* a journaled file's new name in a cache is journaled too (its
+	 * changes are, other_names), so that a rewind takes it away */
+	char dir[PATH_MAX];
+	const char *slash = err ? NULL : strrchr(p, '/');
+	bool journaled = false;
+	if (slash && slash > p && !untracked(p)) {
+		memcpy(dir, p, (size_t)(slash - p));
+		dir[slash - p] = 0;
+		journaled = guard_journaled(dir);
+	}
+	return create_node(nd, n, S_IFREG, journaled);
 }
 
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow)

@@ -797,6 +797,21 @@ static bool rewound_something(const char *out, size_t n)
 	return false;
 }
 
+/* The last "txreplay: error: ..." line of txreplay's output OUT (N bytes),
+ * NUL-ended in place at its end, or NULL. */
+static const char *last_error(char *out, size_t n)
+{
+	const char *found = NULL;
+
+	if (n == 0)
+		return NULL;
+	out[n - 1] = 0;         /* its last byte: a newline, or cut */
+	for (char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (!strncmp(l, "txreplay: ", 10) && strncmp(l, "txreplay: warning", 17))
+			found = l + 10;
+	return found;
+}
+
 /* Run txreplay to rewind transaction TXN, unwrapped. */
 static void rewind_txn(uint32_t txn, int status, bool refused)
 {
@@ -837,7 +852,8 @@ static void rewind_txn(uint32_t txn, int status, bool refused)
 	if (pipe2(fds, O_CLOEXEC) < 0)
 		fds[0] = fds[1] = -1;
 	if (posix_spawn_file_actions_init(&fa) ||
-	    (fds[1] >= 0 ? posix_spawn_file_actions_adddup2(&fa, fds[1], 1)
+	    (fds[1] >= 0 ? posix_spawn_file_actions_adddup2(&fa, fds[1], 1) ||
+			   posix_spawn_file_actions_adddup2(&fa, fds[1], 2)
 			 : posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0)) ||
 	    REAL(posix_spawn)(&pid, tx, &fa, NULL, argv, env))
 		pid = -1;
@@ -879,12 +895,14 @@ static void rewind_txn(uint32_t txn, int status, bool refused)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 && fds[0] >= 0 && !rewound_something(out, got))
 		return;
-	snprintf(line, sizeof(line), "ftsbx: tool call (transaction %u) %s %d%s: %s\n", txn,
+	bool done = pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	const char *why = done ? NULL : last_error(out, got);
+	snprintf(line, sizeof(line), "ftsbx: tool call (transaction %u) %s %d%s: %s%s%.*s%s\n", txn,
 		 WIFSIGNALED(status) ? "killed by signal" : "exited with",
 		 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
 		 refused ? " after a refused call" : "",
-		 pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "its changes were rewound"
-		 : "its rewind did not finish; see txreplay list");
+		 done ? "its changes were rewound" : "its rewind did not finish; see txreplay list",
+		 why ? " (" : "", why ? (int)strcspn(why, "\n") : 0, why ? why : "", why ? ")" : "");
 	if (write(2, line, strlen(line)) < 0)
 		return;
 }

@@ -342,3 +342,27 @@ def test_the_agents_own_files_written_through_held_descriptors_are_rewound(tmp_p
                          text=True)
     assert out.returncode == 0 and "drift" not in out.stderr, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+def test_a_workspace_file_changed_through_a_cache_is_rewound(tmp_path):
+    """A cache (~/.cache) is untracked, but a workspace file reached
+    through it is the workspace's: a hard link made there and written
+    through, or the file moved there, edited and moved back. The rewind
+    puts the file back exactly, its link count too (the cache's new name
+    is taken away)."""
+    ws, home = make_ws(tmp_path), tmp_path / "home"
+    home.mkdir()
+    (ws / "d").mkdir()
+    (ws / "d" / "f").write_text("original\n")
+    (ws / "d" / "g").write_text("orig-g\n")
+    before = snapshot(os.fsencode(ws))
+    nlink = os.stat(ws / "d" / "f").st_nlink
+    r = run_in(ws, home, tmp_path / "j",
+               "mkdir -p ~/.cache/t && ln d/f ~/.cache/t/x && echo evil > ~/.cache/t/x && rm ~/.cache/t/x && "
+               "ln d/f ~/.cache/t/y && mv d/g ~/.cache/t/g && echo evil >> ~/.cache/t/g && mv ~/.cache/t/g d/g")
+    assert r.returncode == 0, r.stderr
+    assert (ws / "d" / "f").read_text() == "evil\n" and (ws / "d" / "g").read_text() == "orig-g\nevil\n"
+    rewind(tmp_path / "j")
+    assert_same(before, snapshot(os.fsencode(ws)))
+    assert os.stat(ws / "d" / "f").st_nlink == nlink
+    assert not (home / ".cache" / "t" / "y").exists()

@@ -1473,3 +1473,29 @@ def test_a_directory_the_agent_stands_in_is_not_kept_in_the_journal(tmp_path):
     assert out["write"] == str(errno.ENOENT), r.stdout + r.stderr
     assert "ftsbx: refused" not in r.stderr, r.stderr
     assert (ws / "build" / "f").read_text() == "b\n"
+
+
+OVERLAP_AGENT = textwrap.dedent("""
+    import subprocess, threading, time
+    def a():
+        subprocess.run(["sh", "-c", "echo a > f; sleep 0.6; exit 1"])
+    t = threading.Thread(target=a)
+    t.start()
+    time.sleep(0.3)
+    subprocess.run(["sh", "-c", "echo b > f"], check=True)
+    t.join()
+""")
+
+
+def test_a_failed_call_whose_rewind_is_refused_says_why(tmp_path):
+    """A failed tool call that a later one built on (both wrote f) is not
+    rewound alone: the shim's line says so, with txreplay's reason."""
+    ws = setup_ws(tmp_path)
+    (tmp_path / "overlap.py").write_text(OVERLAP_AGENT)
+    r = subprocess.run(["/usr/bin/python3", str(tmp_path / "overlap.py")], cwd=ws,
+                       env=shim_env(tmp_path, FTSBX_ON_FAILURE="rewind"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = [x for x in r.stderr.splitlines() if x.startswith("ftsbx: tool call")]
+    assert len(line) == 1 and "its rewind did not finish" in line[0], r.stderr
+    assert "later transactions" in line[0] and "--cascade" in line[0], line
+    assert (ws / "f").read_text() == "b\n"
