@@ -366,3 +366,16 @@ def test_a_workspace_file_changed_through_a_cache_is_rewound(tmp_path):
     assert_same(before, snapshot(os.fsencode(ws)))
     assert os.stat(ws / "d" / "f").st_nlink == nlink
     assert not (home / ".cache" / "t" / "y").exists()
+
+
+def test_a_symlink_loop_fails_as_without_the_shim(tmp_path):
+    """A change through a symlink loop fails with ELOOP, as it does without
+    the shim, and the shim says nothing of a journal it did not need."""
+    ws = make_ws(tmp_path)
+    os.symlink("loop-a", ws / "loop-b")
+    os.symlink("loop-b", ws / "loop-a")
+    plain = subprocess.run(["touch", "loop-a"], cwd=ws, capture_output=True, text=True)
+    r = run(tmp_path, "--", "touch", "loop-a")
+    assert r.returncode == plain.returncode == 1, r.stderr
+    assert [x for x in r.stderr.splitlines() if x.startswith("ftsbx:")] == [x for x in r.stderr.splitlines()
+                                                                            if x.startswith("ftsbx: exit")], r.stderr
