@@ -1099,20 +1099,37 @@ HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)
 	return refuse("connect", "socket", NULL, NULL, why, EPERM);
 }
 
-/* FD, just connected to a Unix socket, in a tmux or screen client: the
- * server at the other end runs what the client sends it (run-shell,
- * send-keys, new-window), as the server's own processes. One the session
- * started runs them under the shim; one it did not (the user's own tmux,
- * which an agent often runs inside) would run them outside every rule:
- * refused (EACCES). 0, or the errno to fail the connect with. */
+/* Is ARGV0 the client of an editor's or a terminal's server that runs
+ * what it is sent: emacsclient --eval, nvim --server --remote-send,
+ * kitty's and wezterm's remote control, zellij's actions? */
+static bool remote_client(const char *argv0)
+{
+	static const char *const names[] = { "emacsclient", "nvim", "kitty", "kitten", "wezterm", "zellij" };
+	const char *b = argv0 ? strrchr(argv0, '/') : NULL;
+
+	b = b ? b + 1 : argv0;
+	for (size_t i = 0; b && i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(b, names[i]))
+			return true;
+	return false;
+}
+
+/* FD, just connected to a Unix socket, in a tmux or screen client (or one
+ * of remote_client's): the server at the other end runs what the client
+ * sends it (run-shell, send-keys, new-window; an editor's shell-command),
+ * as the server's own processes. One the session started runs them under
+ * the shim; one it did not (the user's own tmux, which an agent often runs
+ * inside, the user's Emacs) would run them outside every rule: refused
+ * (EACCES). 0, or the errno to fail the connect with. */
 HIDDEN int guard_connected(int fd, const char *path)
 {
-	static int client = -1;         /* this program is tmux's or screen's client */
+	static int client = -1;         /* this program is such a client */
 	struct ucred uc;
 	socklen_t n = sizeof(uc);
 
 	if (client < 0)
-		client = txn_multiplexer(shim.argv ? shim.argv[0] : NULL);
+		client = txn_multiplexer(shim.argv ? shim.argv[0] : NULL) ||
+			 remote_client(shim.argv ? shim.argv[0] : NULL);
 	if (!client)
 		return 0;
 	ready();
@@ -1121,8 +1138,8 @@ HIDDEN int guard_connected(int fd, const char *path)
 	if (in_session(uc.pid))
 		return 0;
 	return refuse("connect", path, NULL, NULL,
-		      "[network] a tmux or screen server the session did not start: it runs what it is sent "
-		      "outside every rule", EACCES);
+		      "[network] a terminal multiplexer's or an editor's server the session did not start: it runs "
+		      "what it is sent outside every rule", EACCES);
 }
 
 /* Does a tool call that ended with STATUS (REFUSED: the policy refused one

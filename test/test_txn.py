@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 import time
 
@@ -565,7 +566,7 @@ def test_a_tmux_server_the_session_did_not_start_is_refused(tmp_path):
                             f"tmux -S {sock} send-keys -t user 'touch {marker}' Enter; echo done"],
                            cwd=ws, env=shim_env(tmp_path), capture_output=True, text=True, timeout=60)
         time.sleep(0.5)
-        assert r.stdout.strip() == "done" and r.stderr.count("a tmux or screen server the session did not start") == 3, \
+        assert r.stdout.strip() == "done" and r.stderr.count("server the session did not start") == 3, \
             r.stdout + r.stderr
         assert not marker.exists()
     finally:
@@ -1499,3 +1500,56 @@ def test_a_failed_call_whose_rewind_is_refused_says_why(tmp_path):
     assert len(line) == 1 and "its rewind did not finish" in line[0], r.stderr
     assert "later transactions" in line[0] and "--cascade" in line[0], line
     assert (ws / "f").read_text() == "b\n"
+
+
+EDITOR_SERVER = textwrap.dedent("""
+    import os, socket, sys
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(sys.argv[1])
+    s.listen(4)
+    open(sys.argv[1] + ".ready", "w").close()
+    while True:
+        c, _ = s.accept()
+        data = c.recv(100)
+        if data:
+            open(sys.argv[2], "ab").write(data)
+        c.close()
+""")
+
+
+def test_an_editors_server_the_session_did_not_start_gets_nothing(tmp_path):
+    """emacsclient --eval '(shell-command ...)' (nvim --remote-send, kitty
+    and wezterm remote control) has the user's editor run it, outside every
+    rule: such a client's connection to a server the session did not start
+    is refused (EACCES), and nothing reaches it; one to a server the session
+    started goes through."""
+    ws = setup_ws(tmp_path)
+    server = tmp_path / "editor_server.py"
+    server.write_text(EDITOR_SERVER)
+    client = tmp_path / "emacsclient"
+    os.symlink(os.path.realpath(sys.executable), client)
+    plain = dict(os.environ)
+    plain.pop("LD_PRELOAD", None)
+    sock, got = str(tmp_path / "server"), tmp_path / "got"
+    srv = subprocess.Popen([sys.executable, str(server), sock, str(got)], env=plain)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock + ".ready"):
+                break
+            time.sleep(0.05)
+        code = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\n"
+                "    s.sendall(b'(shell-command \"touch x\")')\n    print('sent')\nexcept OSError as e:\n"
+                "    print('errno', e.errno)\n")
+        r = subprocess.run([str(client), "-c", code, sock], cwd=ws, env=shim_env(tmp_path), capture_output=True,
+                           text=True, timeout=60)
+        assert r.stdout.split() == ["errno", str(errno.EACCES)], r.stdout + r.stderr
+        assert "server the session did not start" in r.stderr, r.stderr
+        time.sleep(0.3)
+        assert not got.exists()
+        # the same program under another name is no editor's client
+        r = subprocess.run([sys.executable, "-c", code, sock], cwd=ws, env=shim_env(tmp_path), capture_output=True,
+                           text=True, timeout=60)
+        assert r.stdout.split() == ["sent"], r.stdout + r.stderr
+    finally:
+        srv.kill()
+        srv.wait()
