@@ -251,6 +251,9 @@ enum jtype {
 #define JR_WEAK         0x01  /* J_META of a parent directory: no dependency, no drift */
 #define JR_CUT          0x04  /* J_TXN_END of a starter's own writes, cut at a child's start:
                                  its other threads may write on through descriptors they opened */
+#define JR_HELD         0x08  /* J_TXN_END of a starter's own writes with PATH (and no STATUS):
+                                 a regular file it holds open for writing as it is cut, which
+                                 it may write on through (its paths have no settle time) */
 #define JR_INODE_XATTRS 0x02  /* J_REMOVE with INODE: the xattrs are the kept inode's own
                                  (written only in sessions with JI_INODE_XATTRS) */
 

@@ -34,6 +34,7 @@
  * clock_gettime() (the records' times) by up to a tick: a change made
  * after a record can carry an earlier time than the record. */
 #define COARSE_NS 50000000
+#define OWN_GRACE_NS 1000000000  /* see index_records */
 
 /* One entry of any table: a byte-string key (a path, a seq, a txn, a
  * dev+ino pair) and a value. */
@@ -321,18 +322,24 @@ static void index_records(struct rw *w)
 			 * the mark, the inode's ctime is that run's own */
 			kt_max(kt_put(&w->undoing, c->f[F_INODE].p, 16, INT64_MIN), c->time_ns);
 		}
+		else if (c->type == J_TXN_END && (c->flags & JR_HELD)) {
+			/* a file the starter held open for writing as its own
+			 * transaction was cut (an agent's log file): it wrote on
+			 * through it where no hook sees a write, so the path has
+			 * no settle time, as a running transaction's paths */
+			char *p = jrec_strdup(c, F_PATH);
+			if (p)
+				kt_max(pt_put(&w->settle, p, NO_SETTLE), NO_SETTLE);
+			free(p);
+		}
 		else if (c->type == J_TXN_END) {
-			kt_max(nt_put(&w->ends, c->txn, c->time_ns), c->time_ns);
 			/* A starter's own transaction (its writes between two
-			 * tool calls, JR_CUT) is cut when it starts a child; the
-			 * starter runs on, and writes on through descriptors it
-			 * holds (an agent's log file, its history database; an
-			 * agent's write_file tool in another thread beside a
-			 * shell tool), where no hook sees a change: the
-			 * transaction left a process running, and its paths are
-			 * rewound as they are. */
-			if (c->flags & JR_CUT)
-				nt_put(&w->late, c->txn, 0);
+			 * tool calls, JR_CUT) is cut when it starts a child, while another of its threads
+			 * may be writing through a descriptor it just opened
+			 * (an agent's write_file tool beside a shell tool in its
+			 * thread pool): those writes settle within OWN_GRACE_NS. */
+			int64_t t = c->time_ns + (c->flags & JR_CUT ? OWN_GRACE_NS : 0);
+			kt_max(nt_put(&w->ends, c->txn, t), t);
 		}
 		else if (c->type >= J_CREATE && c->type <= J_META) {
 			w->state[i] = R_UNDO;

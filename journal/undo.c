@@ -684,7 +684,8 @@ static int undo_meta(struct undo *u)
  * wherever it points: outside the workspace, as the user running rewind.
  * The directories WAY holds were looked at already (a rewind's undoes go
  * mostly directory by directory: an lstat of each directory of each path
- * made a rewind of rm -rf 35 % slower). */
+ * made a rewind of rm -rf 35 % slower); jundo_hinted forgets them after an
+ * undo that may bring a symlink or a directory back under another name. */
 static bool symlink_on_way(const char *path, struct jundo_way *way, char *which, size_t n)
 {
 	char buf[PATH_MAX];
@@ -694,14 +695,15 @@ static bool symlink_on_way(const char *path, struct jundo_way *way, char *which,
 
 	if (dir == 0 || dir >= sizeof(buf))
 		return false;
-	if (way) {
-		/* the directories WAY and PATH's share */
+	if (way && way->len) {
+		/* the directories WAY and PATH's share: their common start,
+		 * back to where a name ends in both */
 		while (from < dir && from < way->len && path[from] == way->dir[from])
 			from++;
-		if (from == dir && (way->len == dir || way->dir[dir] == '/'))
-			return false;
-		while (from && path[from] != '/')
+		while (from && !((from == dir || path[from] == '/') && (from == way->len || way->dir[from] == '/')))
 			from--;
+		if (from == dir)
+			return false;
 	}
 	memcpy(buf, path, dir);
 	buf[dir] = 0;
@@ -771,6 +773,11 @@ int jundo_hinted(const struct jreader *r, const struct jrecord *c, const struct 
 			    "journal did not see made; left alone", jtype_name(c->type), u.path, link);
 	else
 		ret = undoers[c->type].fn(&u);
+	/* a symlink brought back (a removal's undo), or a directory or a
+	 * symlink renamed back: a directory already looked at may lead
+	 * elsewhere now */
+	if (h->way && (c->type == J_RENAME || c->type == J_REMOVE) && !S_ISREG(u.st.mode))
+		h->way->len = 0;
 	free(u.path);
 	free(u.path2);
 	return ret;

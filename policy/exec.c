@@ -985,6 +985,8 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 			int at = container_exec_command(argv, argc);
 			if (at && exec_argv(pol, NULL, argv + at, path_value, depth + 1, why, NULL, in) == PV_DENY)
 				return PV_DENY;
+			if (pol_container_mounts(pol, argv, argc, why))
+				return PV_DENY;
 		}
 		/* ssh HOST COMMAND: the remote shell runs COMMAND; the same
 		 * rules hold there (ssh host sudo reboot) */

@@ -234,12 +234,21 @@ const char *pol_base(const char *p);
  * string met on the way. */
 int pol_unwrap(char *const argv[], int argc, const char **split);
 
+/* load.c: collapse "//", "/./", "dir/.." and a trailing '/' in place; the
+ * kernel's name of an existing path */
+void pol_normalise(char *p);
+bool pol_real_path(const char *p, char out[PATH_MAX]);
+/* mounts.c: does the container start ARGV mount a host path the session
+ * could not change (or read) itself? *WHY then says which. */
+bool pol_container_mounts(const struct policy *pol, char *const argv[], int argc, const char **why);
+
 /* shell.c: check an sh -c string; *FETCHES (if not NULL): it runs a
  * fetcher (curl ...), for a $(...) around it. */
 enum pverdict pol_shell(const struct policy *pol, const char *script, size_t len, const char *path_value,
 			int depth, const char **why, bool *fetches);
-/* The index in AV of the script an interpreter runs (bash ./i.sh ARGS,
- * python3 /usr/bin/aws ARGS), or 0: none (code, a module, its stdin). */
+/* The index in AV of the command an interpreter runs as a script (bash
+ * $(command -v gcloud) ARGS, python3 /usr/bin/aws ARGS), or 0: none (code,
+ * a module, its stdin, a script whose name has a '.': mkfs.sh). */
 int pol_script_at(const struct policy *pol, char *const av[], int ac);
 
 #endif

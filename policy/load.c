@@ -228,7 +228,7 @@ static int expand(struct build *b, const char *in, char out[PATH_MAX])
 }
 
 /* Collapse "//", "/./" and "dir/.." and drop a trailing '/', in place. */
-static void normalise(char *p)
+void pol_normalise(char *p)
 {
 	char *w = p;
 	const char *r = p;
@@ -290,7 +290,7 @@ static int add_prefix(struct build *b, int kind, const char *path, uint32_t rule
 /* The kernel's name of P (realpath's answer) in one open and one readlink,
  * where realpath reads every component as a link; false when P does not
  * exist. */
-static bool real_path(const char *p, char out[PATH_MAX])
+bool pol_real_path(const char *p, char out[PATH_MAX])
 {
 	char proc[32];
 	int fd = open(p, O_PATH | O_CLOEXEC);
@@ -322,14 +322,14 @@ static int add_path(struct build *b, int kind, const char *key, const char *valu
 		return 0;
 	if (!*p)
 		return fail(b, "empty path for %s", key);
-	normalise(p);
+	pol_normalise(p);
 	if (kind == PK_WRITABLE && p[0] != '/')
 		return fail(b, "writable root '%s' is not an absolute path", p);
 	size_t n = strlen(p);
 	if (p[0] == '/' && !glob_has_magic(p, n)) {
 		int r = add_prefix(b, kind, p, rule);
 		/* The same root through its real path, if a symlink leads there. */
-		if (r > 0 && real_path(p, real) && strcmp(real, p))
+		if (r > 0 && pol_real_path(p, real) && strcmp(real, p))
 			r = add_prefix(b, kind, real, rule);
 		return r;
 	}
@@ -568,7 +568,7 @@ static int set_workspace(struct build *b, const char *value)
 
 	if (expand(b, value, p))
 		return 0;
-	normalise(p);
+	pol_normalise(p);
 	if (p[0] != '/')
 		return fail(b, "workspace '%s' is not an absolute path", p);
 	memcpy(b->workspace, p, sizeof(p));
@@ -769,7 +769,7 @@ static void defaults(struct build *b)
 	for (size_t i = 0; i < sizeof(roots) / sizeof(roots[0]); i++) {
 		char p[PATH_MAX];
 		COPY(p, roots[i]);
-		normalise(p);
+		pol_normalise(p);
 		add_prefix(b, PK_WRITABLE, p, add_cstr(b, P_TEXT, "built-in: the workspace and the temporary directories"));
 	}
 }
@@ -903,7 +903,7 @@ static void init_build(struct build *b, const char *file)
 		snprintf(b->workspace, sizeof(b->workspace), "%s", ws);
 	else if (!getcwd(b->workspace, sizeof(b->workspace)))
 		strcpy(b->workspace, "/nonexistent");
-	normalise(b->workspace);
+	pol_normalise(b->workspace);
 }
 
 static void done_build(struct build *b)

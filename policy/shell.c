@@ -87,6 +87,8 @@ struct sh {
 	int nfuncs;
 	char funcs[MAX_NAMES][64];
 	int func_depth[MAX_NAMES];
+	bool self_call[MAX_PAREN];      /* a group that calls the function it is in */
+	bool closed_self;       /* the group that just closed did */
 	bool background;        /* the command being read ends with & */
 	int end_op;             /* and with this operator */
 };
@@ -535,6 +537,7 @@ static void end_word(struct sh *p)
 
 static void start_word(struct sh *p)
 {
+	p->closed_self = false;
 	if (!p->in_word) {
 		p->in_word = true;
 		p->word_start = p->len;
@@ -597,6 +600,7 @@ static void open_compound(struct sh *p)
 		return;
 	p->saved_pipe[p->paren++] = p->pipe_fetch;
 	p->group_fetch[p->paren] = false;
+	p->self_call[p->paren] = false;
 	p->fed[p->paren] = fed;
 	p->pipe_fetch = p->after_pipe = false;
 }
@@ -604,39 +608,52 @@ static void open_compound(struct sh *p)
 static void close_compound(struct sh *p)
 {
 	if (p->paren > 0) {
-		bool f = p->group_fetch[p->paren--];
+		bool f = p->group_fetch[p->paren], self = p->self_call[p->paren--];
 		p->pipe_fetch = p->saved_pipe[p->paren];
 		p->group_fetch[p->paren] |= f;
 		p->last_fetch = f;
 		while (p->nfuncs && p->func_depth[p->nfuncs - 1] >= p->paren)
 			p->nfuncs--;            /* the body of NAME() { ... } ended */
+		p->self_call[p->paren] |= self && p->nfuncs;
+		p->closed_self = self && p->nfuncs;
 	}
 	p->after_pipe = false;
 }
 
-/* NAME() or function NAME: the body that follows is NAME's. */
+/* NAME() or function NAME: the body that follows is NAME's. A word with
+ * '=' or '$' is no name (x=() is an empty array); with the table full, the
+ * oldest name goes (one whose body never opened would stay otherwise). */
 static void define_function(struct sh *p, const char *name, size_t n)
 {
-	if (n && n < sizeof(p->funcs[0]) && p->nfuncs < MAX_NAMES) {
-		memcpy(p->funcs[p->nfuncs], name, n);
-		p->funcs[p->nfuncs][n] = 0;
-		p->func_depth[p->nfuncs++] = p->paren;
+	if (!n || n >= sizeof(p->funcs[0]) || memchr(name, '=', n) || memchr(name, '$', n))
+		return;
+	if (p->nfuncs == MAX_NAMES) {
+		memmove(p->funcs, p->funcs + 1, sizeof(p->funcs[0]) * (MAX_NAMES - 1));
+		memmove(p->func_depth, p->func_depth + 1, sizeof(p->func_depth[0]) * (MAX_NAMES - 1));
+		p->nfuncs--;
 	}
+	memcpy(p->funcs[p->nfuncs], name, n);
+	p->funcs[p->nfuncs][n] = 0;
+	p->func_depth[p->nfuncs++] = p->paren;
 }
 
-/* A command AV[0] ... that calls a function from inside that function's
+/* Is NAME a call of a function from inside that function's body? */
+static bool self_call(const struct sh *p, const char *name)
+{
+	for (int i = 0; i < p->nfuncs; i++)
+		if (p->paren > p->func_depth[i] && !strcmp(p->funcs[i], name))
+			return true;
+	return false;
+}
+
+/* A command NAME ... that calls a function from inside that function's
  * body, as a stage of a pipeline or in the background: each call starts
  * two processes that start two more (:(){ :|:& };:), or a chain that never
  * ends (f(){ f & }; f). Recursion run in the function's own process
  * (walk(){ ... walk "$d"; }) is not one. */
 static bool fork_bomb(const struct sh *p, const char *name)
 {
-	if (!p->after_pipe && p->end_op != OP_PIPE && !p->background)
-		return false;
-	for (int i = 0; i < p->nfuncs; i++)
-		if (p->paren > p->func_depth[i] && !strcmp(p->funcs[i], name))
-			return true;
-	return false;
+	return (p->after_pipe || p->end_op == OP_PIPE || p->background) && self_call(p, name);
 }
 
 /* The fetch-and-run checks of the simple command AV (after assignments
@@ -898,7 +915,7 @@ static void command(struct sh *p)
 	char **av = p->argv;
 	const uint8_t *wf = p->wf;
 	int ac = p->argc;
-	bool fetcher = false, sink = false, fed, on = p->pol->b->fetch_run;
+	bool fetcher = false, sink = false, fed, on = p->pol->b->fetch_run, bypass = false;
 
 	p->last_fetch = false;
 	/* assignments, reserved words, builtins that run their arguments */
@@ -911,6 +928,7 @@ static void command(struct sh *p)
 		else if (one_of(av[0], "fi\0done\0}\0esac\0"))
 			close_compound(p);
 		av++, wf++, ac--;
+		bypass |= one_of(av[-1], "exec\0builtin\0nohup\0");
 		while (ac && !strcmp(av[-1], "exec") && av[0][0] == '-') {
 			int skip = !strcmp(av[0], "-a") && ac > 1 ? 2 : 1;
 			av += skip, wf += skip, ac -= skip;
@@ -920,6 +938,7 @@ static void command(struct sh *p)
 		if (ac > 1 && (!strcmp(av[1], "-v") || !strcmp(av[1], "-V")))
 			return;
 		av++, wf++, ac--;
+		bypass = true;
 	}
 	if (ac && one_of(av[0], "export\0local\0declare\0typeset\0readonly\0"))
 		for (int k = 1; k < ac; k++)
@@ -934,12 +953,19 @@ static void command(struct sh *p)
 		open_compound(p);
 		av += 3, wf += 3, ac -= 3;
 	}
+	if (!ac && p->closed_self && (p->end_op == OP_PIPE || p->background))
+		deny(p, bomb_why);      /* { f; } | ..., { f; } & in f's body */
 	if (!ac || one_of(av[0], "for\0case\0select\0function\0[[\0((\0"))
 		return;
-	if (fork_bomb(p, av[0])) {
+	/* command, builtin, exec and nohup run no function: a wrapper
+	 * function of the same name (git(){ command git "$@" | cat; }) is
+	 * not calling itself */
+	if (!bypass && fork_bomb(p, av[0])) {
 		deny(p, bomb_why);
 		return;
 	}
+	if (!bypass && self_call(p, av[0]))
+		p->self_call[p->paren] = true;
 	fed = stage_fed(p);
 	if (one_of(av[0], "eval\0source\0.\0")) {
 		for (int k = 1; k < ac; k++) {
@@ -973,6 +999,15 @@ static void command(struct sh *p)
 	p->group_fetch[p->paren] |= fetcher;
 	p->fetches |= fetcher;
 	p->hd_shell |= p->nhd && sink;
+}
+
+/* At '&' or '|' right after a group that calls the function it is in
+ * (f(){ (f) & (f) & }, f(){ { f; } | { f; } }): a fork bomb as well. */
+static void group_bomb(struct sh *p)
+{
+	end_word(p);
+	if (p->closed_self && !p->argc && p->background)
+		deny(p, bomb_why);
 }
 
 static void end_command(struct sh *p, int op)
@@ -1085,6 +1120,7 @@ static void run(struct sh *p)
 				break;
 			}
 			p->background = !(p->i + 1 < p->n && s[p->i + 1] == '&');
+			group_bomb(p);
 			end_command(p, OP_SEP);
 			p->i += 1 + (p->i + 1 < p->n && s[p->i + 1] == '&');
 			break;
@@ -1093,6 +1129,9 @@ static void run(struct sh *p)
 				end_command(p, OP_SEP);
 				p->i += 2;
 			} else {
+				p->background = true;   /* (as a stage: its own process) */
+				group_bomb(p);
+				p->background = false;
 				end_command(p, OP_PIPE);
 				p->i += 1 + (p->i + 1 < p->n && s[p->i + 1] == '&');
 			}
@@ -1216,9 +1255,13 @@ int pol_script_at(const struct policy *pol, char *const av[], int ac)
 	if (!pol_is_interpreter(pol, name) || !strcmp(name, "busybox"))
 		return 0;       /* busybox sh: the wrapper is seen through first */
 	shell = is_shell_name(name);
-	if (code_arg(av, ac, shell, &at) || reads_stdin(av, ac))
+	if (code_arg(av, ac, shell, &at) || reads_stdin(av, ac) || !script_arg(av, ac, shell, &at) || at <= 0 ||
+	    at >= ac)
 		return 0;
-	return script_arg(av, ac, shell, &at) && at > 0 && at < ac ? at : 0;
+	/* an installed command (gcloud, aws, terraform's wrapper) has no
+	 * '.' in its name; a script of one's own (mkfs.sh, fsck.py) is no
+	 * program a rule names */
+	return strchr(base_of(av[at]), '.') ? 0 : at;
 }
 
 /* --- one process of a pipeline (policy.h) --------------------------------------- */

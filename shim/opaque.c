@@ -465,7 +465,7 @@ _Static_assert(sizeof(machine_calls_i386) <= sizeof(machine_calls), "session_fil
 /* One ABI's numbers: io_uring_setup, the machine_calls, mknod and
  * mknodat (-1: the ABI has no such call), whose mode is argument 1 and 2,
  * and ioctl. */
-struct abi { uint32_t arch; bool x32; long io_uring, mknod, mknodat, ioctl; const long *nrs; size_t n; };
+struct abi { uint32_t arch; bool x32; long io_uring, mknod, mknodat, ioctl, ioctl_x32; const long *nrs; size_t n; };
 
 /* One ABI's block at F: when the call's arch is A's, refuse io_uring_setup
  * and the machine calls, mknod(at) of a character or block device, and
@@ -501,7 +501,8 @@ static size_t abi_block(struct sock_filter *f, const struct abi *a)
 		f[k++] = RET(SECCOMP_RET_ALLOW);
 		f[k++] = RET(SECCOMP_RET_ERRNO | EPERM);
 	}
-	f[k++] = JEQ(a->ioctl, 0, 4);
+	f[k++] = JEQ(a->ioctl, 1, 0);
+	f[k++] = JEQ(a->ioctl_x32, 0, 4);       /* x32's own number (masked above) */
 	f[k++] = LOAD_ARG(1);
 	f[k++] = JEQ(TIOCSTI, 0, 1);
 	f[k++] = RET(SECCOMP_RET_ERRNO | EPERM);
@@ -525,18 +526,18 @@ static size_t abi_block(struct sock_filter *f, const struct abi *a)
 static bool session_filter(void)
 {
 	enum { NM = sizeof(machine_calls) / sizeof(machine_calls[0]) };
-	struct sock_filter f[2 * (4 + 2 * (NM + 1) + 2 * 7 + 5 + 1) + 1];
+	struct sock_filter f[2 * (4 + 2 * (NM + 1) + 2 * 7 + 6 + 1) + 1];
 	size_t k = 0;
 
 #if defined(__x86_64__)
 	static const struct abi abis[] = {
-		{ AUDIT_ARCH_X86_64, true, SYS_io_uring_setup, SYS_mknod, SYS_mknodat, SYS_ioctl, machine_calls, NM },
-		{ AUDIT_ARCH_I386, false, IO_URING_I386, 14, 297, 54, machine_calls_i386,
+		{ AUDIT_ARCH_X86_64, true, SYS_io_uring_setup, SYS_mknod, SYS_mknodat, SYS_ioctl, 514, machine_calls, NM },
+		{ AUDIT_ARCH_I386, false, IO_URING_I386, 14, 297, 54, 54, machine_calls_i386,
 		  sizeof(machine_calls_i386) / sizeof(machine_calls_i386[0]) },
 	};
 #elif defined(__aarch64__)
 	static const struct abi abis[] = {
-		{ AUDIT_ARCH_AARCH64, false, SYS_io_uring_setup, -1, SYS_mknodat, SYS_ioctl, machine_calls, NM },
+		{ AUDIT_ARCH_AARCH64, false, SYS_io_uring_setup, -1, SYS_mknodat, SYS_ioctl, SYS_ioctl, machine_calls, NM },
 	};
 #else
 	return false;   /* no arch known to check the numbers against */

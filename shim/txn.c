@@ -362,14 +362,69 @@ HIDDEN uint32_t shim_txn(void)
 	return shim.txn;
 }
 
+/* The regular files this starter holds open for writing as its own
+ * transaction TXN is cut (an agent's log file, its history database): it
+ * may write on through them where no hook sees a write, so each gets a
+ * J_TXN_END of TXN with JR_HELD and its path, which rewind's drift check
+ * takes as a path still being changed. getdents64: no allocation. */
+static void held_files(uint32_t txn)
+{
+	char buf[2048] __attribute__((aligned(8))), link[40], path[PATH_MAX], rec[PATH_MAX + 256];
+	size_t jn = shim.journal ? strlen(shim.journal) : 0;
+	bool busy = shim_busy;
+	struct jbuild b;
+	struct jseg *g;
+	long n;
+	int dfd;
+
+	if (shim_segment(&g))
+		return;
+	shim_busy = true;       /* our own calls pass the hooks */
+	dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	while (dfd >= 0 && (n = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0)
+		for (long off = 0; off < n;) {
+			const struct dirent64 *d = (const struct dirent64 *)(const void *)(buf + off);
+			struct stat st;
+			int fd = 0, fl;
+			ssize_t k;
+
+			off += d->d_reclen;
+			for (const char *c = d->d_name; *c >= '0' && *c <= '9' && fd < 1 << 24; c++)
+				fd = fd * 10 + (*c - '0');
+			if (d->d_name[0] < '0' || d->d_name[0] > '9' || fd == dfd || fd == g->fd)
+				continue;
+			fl = fcntl(fd, F_GETFL);
+			if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+			    !st.st_nlink)
+				continue;
+			snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+			k = readlink(link, path, sizeof(path) - 1);
+			if (k <= 0 || path[0] != '/')
+				continue;
+			path[k] = 0;
+			if (jn && !strncmp(path, shim.journal, jn) && (path[jn] == '/' || !path[jn]))
+				continue;       /* the journal's own */
+			jb_init(&b, rec, sizeof(rec), J_TXN_END, JR_CUT | JR_HELD, txn);
+			jb_u32(&b, F_PID, (uint32_t)getpid());
+			jb_str(&b, F_PATH, path);
+			if (!b.overflow)
+				jseg_append(g, &b, NULL);
+		}
+	if (dfd >= 0)
+		close(dfd);
+	shim_busy = busy;
+}
+
 /* A starter starts a child: its own transaction ends here. A session
  * shell's first one is the root's tool call: the root ends it. */
 static void starter_cut(void)
 {
 	if (__atomic_load_n(&txn_pending, __ATOMIC_ACQUIRE))
 		txn_reap_pending();
-	if (shim.txn && !shell_inherited)
+	if (shim.txn && !shell_inherited) {
+		held_files(shim.txn);
 		write_txn_record(J_TXN_END, shim.txn, getpid(), 0, true, JR_CUT);
+	}
 	shell_inherited = false;
 	shim.txn = 0;
 }

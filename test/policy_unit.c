@@ -810,7 +810,9 @@ static void test_shell_fork_bombs(void **state)
 		":(){ :|:& };:", ":(){ :|: & };:", "bomb(){ bomb|bomb& };bomb", "function f { f|f& }; f",
 		"function f() { f & f; }; f", "f () { f | f & }; f", "x(){ (x|x)& }; x", "b(){ b & }; b",
 		"f(){\n  f |& f\n}\nf", "echo $(g(){ g|g& }; g)", "bash -c ':(){ :|:& };:'", "eval ':(){ :|:&};:'",
-		"f() { echo x | f; }; f",
+		"f() { echo x | f; }; f", "f(){ (f)& (f)& }; f", "f(){ { f; } | { f; } }; f", "f(){ { f; } & }; f",
+		/* a table of names filled with words that are none first */
+		"a1=(); a2=(); a3=(); a4=(); a5=(); a6=(); a7=(); a8=(); a9=(); :(){ :|:& };:",
 	};
 	static const char *const allowed[] = {
 		"walk(){ for d in \"$1\"/*/; do walk \"$d\"; done; }; walk .",
@@ -818,6 +820,10 @@ static void test_shell_fork_bombs(void **state)
 		"f(){ echo hi; }; f | grep hi; f & wait", "f(){ g | h & }; g(){ echo; }; f",
 		"fact(){ [ $1 -le 1 ] && echo 1 || echo $(( $1 * $(fact $(( $1 - 1 ))) )); }; fact 5",
 		"f(){ :; }; f | f", "sleep 1 & f(){ :; }; f",
+		/* wrappers: command, builtin, exec, nohup run no function */
+		"git(){ command git \"$@\" | cat; }; git status", "echo(){ builtin echo \"$@\" | tee -a log; }; echo hi",
+		"make(){ nohup make \"$@\" & }; make", "f(){ { echo; } | cat; }; f", "f(){ (cd x && make) & wait; }; f",
+		"x=(a b); f(){ echo; }; f | cat",
 	};
 
 	(void)state;
@@ -835,13 +841,46 @@ static void test_interpreter_scripts(void **state)
 	(void)state;
 	assert_int_equal(EXEC(pol, "bash", "/usr/lib/google-cloud-sdk/bin/gcloud", "projects", "delete"), PV_DENY);
 	assert_int_equal(EXEC(pol, "sh", "-e", "gcloud", "x", "delete"), PV_DENY);
-	assert_int_equal(EXEC(pol, "python3", "-W", "ignore", "./manage.py", "flush"), PV_DENY);
-	assert_int_equal(EXEC(pol, "nice", "python3", "--", "/srv/app/manage.py", "flush"), PV_DENY);
+	assert_int_equal(EXEC(pol, "python3", "-W", "ignore", "/usr/local/bin/gcloud", "x", "delete"), PV_DENY);
+	assert_int_equal(EXEC(pol, "nice", "bash", "--", "/opt/sdk/bin/gcloud", "projects", "delete"), PV_DENY);
+	/* a script of one's own named like a program a rule names */
+	assert_int_equal(EXEC(pol, "bash", "gcloud.sh", "x", "delete"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "python3", "./manage.py", "flush"), PV_ALLOW);
 	/* code, a module, standard input: no script named */
 	assert_int_equal(EXEC(pol, "python3", "-c", "gcloud", "delete"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "python3", "-m", "manage.py", "flush"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "bash", "-s", "gcloud", "delete"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "python3", "./manage.py", "migrate"), PV_ALLOW);
+	policy_free(pol);
+}
+
+/* A container's host mounts, and docker cp's host side, are judged as the
+ * session's own change (or read) of that path would be. */
+static void test_container_mounts(void **state)
+{
+	struct policy *pol = load("[paths]\nwritable = /w/ws\nhidden = /w/ws/secret\n");
+
+	(void)state;
+	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/:/host", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "-v/etc/cron.d:/c", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "-itv", "/etc:/e", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--volume=/home/u:/h", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "podman", "create", "--volume", "/usr:/u:rw", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount", "type=bind,source=/etc,target=/e", "a"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount=type=bind,src=/etc,dst=/e,readonly=false", "a"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "compose", "run", "-v", "/opt:/o", "web"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/w/ws/secret:/s:ro", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "cp", "web:/etc/passwd", "/etc/passwd"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "cp", "/w/ws/secret", "web:/s"), PV_DENY);
+	/* the workspace, read-only mounts, named and anonymous volumes */
+	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/w/ws:/app", "-w", "/app", "python"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/etc/localtime:/etc/localtime:ro", "a"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount", "type=bind,src=/etc,dst=/e,readonly", "a"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "run", "-v", "data:/data", "-v", "/anon", "alpine"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount", "source=myvol,target=/v", "alpine"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "run", "-e", "V=/etc:/x", "alpine"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "cp", "web:/app/out.txt", "/w/ws/out.txt"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "ps", "-v", "/etc:/x"), PV_ALLOW);
 	policy_free(pol);
 }
 
@@ -1502,6 +1541,7 @@ int main(void)
 		cmocka_unit_test(test_shell_strings),
 		cmocka_unit_test(test_shell_fork_bombs),
 		cmocka_unit_test(test_interpreter_scripts),
+		cmocka_unit_test(test_container_mounts),
 		cmocka_unit_test(test_shell_stdin_text),
 		cmocka_unit_test(test_key_fetch_and_run),
 		cmocka_unit_test(test_key_network),

@@ -508,6 +508,11 @@ def test_a_static_program_started_by_ftsbx_run_itself_is_confined(scratch_policy
     r = ftsbx_run(pol, "busybox", "touch", "inside")
     assert r.returncode == 0, r.stderr
     assert (ws / "inside").exists()
+    script = ws / "s.sh"                       # a script whose interpreter is static
+    script.write_text(f"#!/usr/bin/busybox sh\ntouch {outside}/y\n")
+    script.chmod(0o755)
+    r = ftsbx_run(pol, "./s.sh")
+    assert r.returncode != 0 and not (outside / "y").exists(), r.stderr
     ruled = tmp_path / "ruled.ini"             # a rule on the applet holds, as in a tool call
     ruled.write_text(pol.read_text() + "[commands]\nno-touch = touch\n")
     r = ftsbx_run(ruled, "busybox", "touch", "inside2")

@@ -240,26 +240,36 @@ def test_a_directory_whose_times_cannot_be_set_holds_back_nothing_else(tmp_path)
         subprocess.run(["rm", "-rf", base])
 
 
-def test_rewind_never_acts_through_a_symlink_the_journal_did_not_see_made(tmp_path):
+@pytest.mark.parametrize("script", [
+    "echo a > sub/passwd; echo b > other; busybox mv sub sub.old; busybox ln -s {outside} sub",
+    # a directory looked at before, whose name the symlink's begins with
+    "echo a > sub/d/passwd; mkdir subx; echo b > subx/zz; echo b > other; busybox mv sub sub.old; "
+    "busybox ln -s {outside} sub",
+    # the symlink moved by a journaled mv, a directory made in its place
+    "echo a > sub/passwd; echo b > other; busybox mv sub sub.old; busybox ln -s {outside} sub; mv sub q; "
+    "mkdir sub; echo x > sub/g",
+])
+def test_rewind_never_acts_through_a_symlink_the_journal_did_not_see_made(tmp_path, script):
     """A static program (unjournaled) swaps a directory of the workspace for
     a symlink to a directory outside it: the undo of a file created in the
     directory would remove the file of the same name outside. Rewind leaves
     it alone, says why and fails; everything else is undone."""
     ws, outside = tmp_path / "ws", tmp_path / "system" / "etc"
-    (ws / "sub").mkdir(parents=True)
-    outside.mkdir(parents=True)
+    (ws / "sub" / "d").mkdir(parents=True)
+    (outside / "d").mkdir(parents=True)
     (outside / "passwd").write_text("root:x:0:0\n")
+    (outside / "d" / "passwd").write_text("root:x:0:0\n")
     outside_before = snapshot(os.fsencode(tmp_path / "system"))
     env = dict(os.environ, HOME=str(tmp_path))
     for k in ("LD_PRELOAD", "FTSBX_TXN", "FTSBX_ROOT", "FTSBX_JOURNAL", "FTSBX_POLICY"):
         env.pop(k, None)
     j = tmp_path / "j"
     r = subprocess.run([os.path.join(BUILD, "ftsbx"), "run", "--journal", str(j), "--", "bash", "-c",
-                        f"echo a > sub/passwd; echo b > other; busybox mv sub sub.old; busybox ln -s {outside} sub"],
-                       cwd=ws, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and os.path.islink(ws / "sub"), r.stderr
+                        script.format(outside=outside)], cwd=ws, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
     rw = subprocess.run([TXREPLAY, "rewind", str(j)], capture_output=True, text=True)
     assert rw.returncode == 1, rw.stdout + rw.stderr
     assert f"'{ws}/sub' on its way is now a symlink" in rw.stderr, rw.stderr
+    assert os.path.islink(ws / "sub")
     assert_same(outside_before, snapshot(os.fsencode(tmp_path / "system")), "the directory outside")
     assert not (ws / "other").exists()       # the rest was undone

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -342,6 +343,33 @@ def test_the_agents_own_files_written_through_held_descriptors_are_rewound(tmp_p
                          text=True)
     assert out.returncode == 0 and "drift" not in out.stderr, out.stderr
     assert_same(before, snapshot(os.fsencode(ws)))
+
+
+EDIT_AGENT = """
+import subprocess
+with open("main.py", "w") as f:         # the agent's own edit, closed before the tool call
+    f.write("print('agent')\\n")
+subprocess.run(["sh", "-c", "echo run >> log.txt"], check=True)
+"""
+
+
+def test_a_file_the_agent_wrote_and_closed_keeps_its_drift_check(tmp_path):
+    """Only files the agent still holds open as a tool call starts go
+    without a drift check: one it wrote and closed, edited by the user
+    after the session, is left alone by the rewind (drift), not put back
+    over the user's edit."""
+    ws = make_ws(tmp_path)
+    (ws / "main.py").write_text("print('original')\n")
+    (tmp_path / "agent.py").write_text(EDIT_AGENT)
+    r = run(tmp_path, "--", "python3", str(tmp_path / "agent.py"))
+    assert r.returncode == 0, r.stderr
+    time.sleep(1.1)                     # past the agent's own writes' settling
+    (ws / "main.py").write_text("print('user edit')\n")
+    out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
+                         text=True)
+    assert out.returncode == 1 and "drift" in out.stderr and "main.py" in out.stderr, out.stdout + out.stderr
+    assert (ws / "main.py").read_text() == "print('user edit')\n"
+    assert not (ws / "log.txt").exists()
 
 
 def test_a_workspace_file_changed_through_a_cache_is_rewound(tmp_path):

@@ -185,7 +185,7 @@ static bool prepare_session(const char *journal, char *const *cmd, char **env, p
  * whose exec gains privileges (setuid, setgid, file capabilities), for
  * which the loader drops LD_PRELOAD. True for anything else (a script, a
  * file that cannot be read: the exec says what is wrong). */
-static bool shim_loads(const char *path)
+static bool shim_loads_at(const char *path, int depth)
 {
 	unsigned char buf[4096];
 	Elf64_Ehdr eh;
@@ -203,6 +203,17 @@ static bool shim_loads(const char *path)
 	if ((st.st_mode & S_ISUID && st.st_uid != geteuid()) || (st.st_mode & S_ISGID && st.st_gid != getegid()) ||
 	    (geteuid() != 0 && getxattr(path, "security.capability", NULL, 0) >= 0))
 		return false;
+	if (n > 2 && buf[0] == '#' && buf[1] == '!' && depth < 4) {
+		/* a script: what its interpreter is (#!/usr/bin/busybox sh) */
+		char interp[PATH_MAX];
+		size_t i = 2, k = 0;
+		while (i < (size_t)n && (buf[i] == ' ' || buf[i] == '\t'))
+			i++;
+		while (i < (size_t)n && k + 1 < sizeof(interp) && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\n')
+			interp[k++] = (char)buf[i++];
+		interp[k] = 0;
+		return !k || shim_loads_at(interp, depth + 1);
+	}
 	if (n < EI_NIDENT || memcmp(buf, ELFMAG, SELFMAG))
 		return true;
 	if (buf[EI_CLASS] != ELFCLASS64)
@@ -218,12 +229,17 @@ static bool shim_loads(const char *path)
 		memcpy(&ph, buf + off, sizeof(ph));
 		if (ph.p_type == PT_INTERP) {
 			interp = true;
-			if (ph.p_offset + ph.p_filesz <= (size_t)n &&
+			if (ph.p_offset <= (size_t)n && ph.p_filesz <= (size_t)n - ph.p_offset &&
 			    memmem(buf + ph.p_offset, ph.p_filesz, "ld-musl", 7))
 				return false;
 		}
 	}
 	return interp;
+}
+
+static bool shim_loads(const char *path)
+{
+	return shim_loads_at(path, 0);
 }
 
 /* CMD's program, found as execvp finds it, into OUT; false if none. */
@@ -253,13 +269,15 @@ static bool find_program(const char *name, char *out, size_t size)
  * and no confinement at all, and a setuid one unjudged. */
 static char *const *root_command(char *const *cmd, char **room)
 {
-	static char env[] = "/usr/bin/env", dashes[] = "--";
+	static char usr_env[] = "/usr/bin/env", bin_env[] = "/bin/env", dashes[] = "--";
 	char path[PATH_MAX];
 	int n = 0;
 
-	if (!find_program(cmd[0], path, sizeof(path)) || shim_loads(path) || access(env, X_OK) < 0)
+	if (!find_program(cmd[0], path, sizeof(path)) || shim_loads(path))
 		return cmd;
-	room[0] = env;
+	room[0] = access(usr_env, X_OK) == 0 ? usr_env : access(bin_env, X_OK) == 0 ? bin_env : NULL;
+	if (!room[0])
+		return NULL;    /* nothing the shim loads into to start it through */
 	room[1] = dashes;
 	while (cmd[n]) {
 		room[n + 2] = cmd[n];
@@ -487,7 +505,14 @@ int cmd_run(int argc, char **argv)
 	char **room = calloc((size_t)(argc - i) + 2, sizeof(char *));
 	if (!room)
 		return 126;
-	pid = start(root_command(argv + i + 1, room), env, *v ? ready[0] : -1);
+	char *const *cmd = root_command(argv + i + 1, room);
+	if (!cmd) {
+		fprintf(stderr, "ftsbx: cannot run '%s' confined: the shim cannot load into it, and there is no env "
+			"to start it through\n", argv[i + 1]);
+		free(room);
+		return 126;
+	}
+	pid = start(cmd, env, *v ? ready[0] : -1);
 	free(room);
 	if (ready[0] >= 0)
 		close(ready[0]);
