@@ -1007,18 +1007,24 @@ static const char *shell_string(char *const argv[])
 				return NULL;    /* -o OPTION, -O SHOPT: a value */
 			continue;
 		}
+		if (!strcmp(o, "--")) {
+			i++;            /* bash -c -- STRING */
+			break;
+		}
 		if (o[0] == '-' && o[1] == '-') {
 			for (const char *l = longs; *l && !known; l += strlen(l) + 1)
 				known = !strcmp(o, l);
 			if (!known)
-				return NULL;    /* --rcfile FILE, --: not seen into */
+				return NULL;    /* --rcfile FILE: not seen into */
 			continue;
 		}
 		if ((o[0] != '-' && o[0] != '+') || !o[1])
 			break;
-		if (strspn(o + 1, "abcefhiklmnprtuvxBCEHPT") != strlen(o + 1))
+		if (strspn(o + 1, "abcefhiklmnoprtuvxBCEHOPT") != strlen(o + 1))
 			return NULL;
 		c |= o[0] == '-' && strchr(o, 'c');
+		if ((strchr(o + 1, 'o') || strchr(o + 1, 'O')) && !argv[++i])
+			return NULL;    /* -eo pipefail: its value */
 	}
 	return c ? argv[i] : NULL;
 }

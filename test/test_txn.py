@@ -259,15 +259,17 @@ def test_an_exempt_command_behind_sh_c_is_kept(tmp_path, mode):
         (None, ["bash", "--login", "--noprofile", "--norc", "-c", prove]),
         (None, ["sh", "-e", "-x", "-c", prove]),
         (None, ["bash", "-o", "pipefail", "-c", prove]),
+        (None, ["bash", "-eo", "pipefail", "-c", prove]),
+        (None, ["bash", "-c", "--", prove]),
     ])
-    assert codes == [1, 1, 0, 1, 1, 1, 1]
+    assert codes == [1, 1, 0, 1, 1, 1, 1, 1, 1]
     r, codes, snaps = start_calls(tmp_path, ws, mode, [(None, ["sh", "-c", f"{prove} || exit 4"]),
                                                        (None, ["sh", "-c", f"X=$(true) {prove}"])])
     assert codes == [4, 1]
     assert_same(snaps[0], snaps[1], "the tree after the rewound script")
     assert_same(snaps[1], snaps[2], "the tree after the rewound command with a substitution before it")
     rows = txn_rows(tmp_path)
-    assert [row["rewound"] for row in rows if row["status"] == 1] == ["no", "no", "no", "no", "no", "no", "yes"], rows
+    assert [row["rewound"] for row in rows if row["status"] == 1] == ["no"] * 8 + ["yes"], rows
     assert [row["rewound"] for row in rows if row["status"] == 4] == ["yes"], rows
 
 
