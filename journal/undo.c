@@ -542,13 +542,47 @@ static enum meta removed_meta(const struct undo *u)
 	return META_ALL;
 }
 
+/* The directories PATH lies in that are missing, made (0755 less the
+ * umask): a directory removed where no record was written (an untracked
+ * cache's, rm -rf ~/.cache/uv, whose files had names in the workspace too
+ * and so were journaled) comes back for what the journal restores in it. */
+static int make_parents(struct undo *u, const char *path)
+{
+	char buf[PATH_MAX];
+	size_t n = strlen(path);
+	struct stat st;
+	char *slash;
+
+	if (n >= sizeof(buf))
+		return 0;
+	memcpy(buf, path, n + 1);
+	slash = strrchr(buf, '/');
+	if (!slash || slash == buf)
+		return 0;
+	*slash = 0;
+	if (lstat(buf, &st) == 0 || errno != ENOENT)
+		return 0;
+	for (char *s = strchr(buf + 1, '/');; s = strchr(s + 1, '/')) {
+		if (s)
+			*s = 0;
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return fail(u, -errno, "make the directory", buf);
+		if (!s)
+			break;
+		*s = '/';
+	}
+	return 0;
+}
+
 /* Recreate the removed thing at the (now free) path, by type. */
 static int recreate(struct undo *u)
 {
 	unsigned type = u->st.mode & S_IFMT;
 	char *target;
-	int err = 0;
+	int err = make_parents(u, u->path);
 
+	if (err)
+		return err;
 	switch (type) {
 	case S_IFREG:
 		if (u->c->f[F_INODE].present)

@@ -1,18 +1,25 @@
 /*
  * mounts.c - the host paths a container start mounts (docker, podman,
- * nerdctl run and create, compose run) and docker cp's host side. The
- * engine makes those mounts and copies as root, outside the shim, Landlock
- * and the journal (and the docker client, a Go program, connects to the
- * engine where no hook sees it). So each host path is judged as a change
- * or a read of the session's own would be: a mount that can write (the
- * default) or a copy's destination must lie in a writable root (or an
- * untracked one), a read-only mount (:ro, readonly) or a copy's source
- * must not be hidden. A named volume is no host path. Where no option
- * list says which words take values, every word is looked at (a container
- * command's own -v, after the image, counts too).
+ * nerdctl run and create, compose run), a local volume bound to a host
+ * directory (volume create -o device=, --mount volume-opt=device=), and
+ * docker cp's host side. The engine makes those mounts and copies as root,
+ * outside the shim, Landlock and the journal (and the docker client, a Go
+ * program, connects to the engine where no hook sees it). So each host
+ * path is judged as a change or a read of the session's own would be: a
+ * mount that can write (the default) or a copy's destination must lie in a
+ * writable root (or an untracked one), a read-only mount (:ro, readonly)
+ * or a copy's source must not be hidden. A named volume is no host path.
+ *
+ * The run options are read up to the image: options that take no value
+ * are listed (docker's, compose's and podman's common ones); any other
+ * takes the next word, so an unknown flag can only make more words be
+ * looked at, never fewer. Every verb found is judged (a global option's
+ * value that reads "cp" does not hide a run).
  */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include "internal.h"
 
@@ -21,17 +28,18 @@ static const char outside_why[] =
 static const char hidden_why[] = "[commands] a container's mount of a hidden path";
 static const char cp_why[] = "[commands] docker cp to a host path outside the writable roots, or from a hidden one";
 
-/* SRC (N bytes) as an absolute normalised path, its symlinks resolved
- * where it exists (the engine resolves them), into OUT; false for a named
- * volume (no '/' first, no "./"). */
-static bool host_path(const char *src, size_t n, char out[PATH_MAX])
+/* SRC (N bytes) as an absolute normalised path into OUT, the symlinks of
+ * its longest existing start resolved (the engine resolves them, and makes
+ * what is missing beyond, as root); false for a named volume (no '/' or
+ * "./" first), unless RELATIVE (docker cp: any path is the host's). */
+static bool host_path(const char *src, size_t n, bool relative, char out[PATH_MAX])
 {
-	char p[PATH_MAX];
-	size_t k = 0;
+	char p[PATH_MAX], real[PATH_MAX];
+	size_t k = 0, cut;
 
-	if (!n || (src[0] != '/' && src[0] != '.'))
+	if (!n || (src[0] != '/' && src[0] != '.' && !relative) || (n == 1 && src[0] == '-' && relative))
 		return false;
-	if (src[0] == '.') {
+	if (src[0] != '/') {
 		if (!getcwd(p, sizeof(p)))
 			return false;
 		k = strlen(p);
@@ -42,19 +50,52 @@ static bool host_path(const char *src, size_t n, char out[PATH_MAX])
 	memcpy(p + k, src, n);
 	p[k + n] = 0;
 	pol_normalise(p);
-	if (!pol_real_path(p, out))
-		memcpy(out, p, strlen(p) + 1);
+	for (cut = strlen(p);;) {
+		char keep = p[cut];
+		p[cut] = 0;
+		bool found = pol_real_path(p, real);
+		p[cut] = keep;
+		if (found) {
+			size_t rn = strlen(real);
+			if (rn + strlen(p + cut) >= PATH_MAX)
+				return false;
+			memcpy(out, real, rn);
+			memcpy(out + rn, p + cut, strlen(p + cut) + 1);
+			pol_normalise(out);
+			return true;
+		}
+		while (cut > 1 && p[--cut] != '/')
+			;
+		if (cut <= 1)
+			break;
+	}
+	memcpy(out, p, strlen(p) + 1);
 	return true;
 }
 
 /* Is the host path SRC (N bytes) one the session may not write (WRITE) or
  * read? */
-static bool refused(const struct policy *pol, const char *src, size_t n, bool write)
+static bool refused(const struct policy *pol, const char *src, size_t n, bool write, bool relative)
 {
 	char p[PATH_MAX];
 	const char *w;
 
-	return host_path(src, n, p) && policy_path(pol, p, write, &w) == PV_DENY;
+	return host_path(src, n, relative, p) && policy_path(pol, p, write, &w) == PV_DENY;
+}
+
+/* Go's strconv.ParseBool, which docker reads readonly= with: -1 neither. */
+static int go_bool(const char *v, size_t n)
+{
+	static const char *const yes[] = { "1", "t", "T", "TRUE", "true", "True" };
+	static const char *const no[] = { "0", "f", "F", "FALSE", "false", "False" };
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (strlen(yes[i]) == n && !memcmp(yes[i], v, n))
+			return 1;
+		if (strlen(no[i]) == n && !memcmp(no[i], v, n))
+			return 0;
+	}
+	return -1;
 }
 
 /* -v SRC:DST[:OPTIONS]: refused? */
@@ -71,39 +112,91 @@ static bool volume_refused(const struct policy *pol, const char *spec, const cha
 		size_t n = strcspn(o, ",");
 		ro |= (n == 2 && !strncmp(o, "ro", 2)) || (n == 8 && !strncmp(o, "readonly", 8));
 	}
-	if (!refused(pol, spec, (size_t)(c - spec), !ro))
+	if (!refused(pol, spec, (size_t)(c - spec), !ro, false))
 		return false;
 	*why = ro ? hidden_why : outside_why;
 	return true;
 }
 
-/* --mount type=bind,source=SRC,target=DST[,readonly]: refused? The
+/* V into OUT (PATH_MAX bytes), cut to fit. */
+static void copy_to(char out[PATH_MAX], const char *v)
+{
+	size_t n = strnlen(v, PATH_MAX - 1);
+
+	memcpy(out, v, n);
+	out[n] = 0;
+}
+
+/* One field of a CSV list at *S, its quotes taken off, into OUT; *S moves
+ * past it. False at the end. */
+static bool csv_field(const char **s, char *out, size_t cap)
+{
+	const char *p = *s;
+	size_t k = 0;
+	bool q = false;
+
+	if (!*p)
+		return false;
+	for (; *p && (q || *p != ','); p++) {
+		if (*p == '"') {
+			q = !q;
+			continue;
+		}
+		if (k + 1 < cap)
+			out[k++] = *p;
+	}
+	out[k] = 0;
+	*s = *p ? p + 1 : p;
+	return true;
+}
+
+/* --mount type=bind,source=SRC,target=DST[,readonly] (keys and the type
+ * in any case, fields quoted as CSV), or type=volume with
+ * volume-opt=device=SRC (the local driver binds it): refused? The
  * default type is a volume. */
 static bool mount_refused(const struct policy *pol, const char *spec, const char **why)
 {
-	const char *src = NULL;
-	size_t srcn = 0;
+	char f[PATH_MAX + 32], src[PATH_MAX] = "", dev[PATH_MAX] = "";
 	bool bind = false, ro = false;
 
-	for (const char *o = spec; *o; o += *o == ',') {
-		size_t n = strcspn(o, ",");
-		const char *eq = memchr(o, '=', n);
-		size_t kn = eq ? (size_t)(eq - o) : n;
-		if (kn == 4 && !strncmp(o, "type", 4))
-			bind = eq && n - kn - 1 == 4 && !strncmp(eq + 1, "bind", 4);
-		else if ((kn == 6 && !strncmp(o, "source", 6)) || (kn == 3 && !strncmp(o, "src", 3))) {
-			src = eq ? eq + 1 : NULL;
-			srcn = eq ? n - kn - 1 : 0;
-		} else if ((kn == 8 && !strncmp(o, "readonly", 8)) || (kn == 2 && !strncmp(o, "ro", 2))) {
-			size_t vn = eq ? n - kn - 1 : 0;        /* readonly, readonly=true; not =false, =0 */
-			ro = !eq || !((vn == 5 && !strncmp(eq + 1, "false", 5)) || (vn == 1 && eq[1] == '0'));
-		}
-		o += n;
+	for (const char *s = spec; csv_field(&s, f, sizeof(f));) {
+		char *eq = strchr(f, '=');
+		const char *v = eq ? eq + 1 : "";
+		if (eq)
+			*eq = 0;
+		if (!strcasecmp(f, "type"))
+			bind = !strcasecmp(v, "bind");
+		else if (!strcasecmp(f, "source") || !strcasecmp(f, "src"))
+			copy_to(src, v);
+		else if (!strcasecmp(f, "readonly") || !strcasecmp(f, "ro"))
+			ro = !eq || go_bool(v, strlen(v)) == 1;
+		else if (!strcasecmp(f, "volume-opt") && !strncasecmp(v, "device=", 7))
+			copy_to(dev, v + 7);
 	}
-	if (!bind || !src || !refused(pol, src, srcn, !ro))
+	const char *host = bind ? src : dev;
+	if (!*host || !refused(pol, host, strlen(host), !ro, !bind))
 		return false;
 	*why = ro ? hidden_why : outside_why;
 	return true;
+}
+
+/* docker volume create -o device=SRC (with -o o=bind): the volume is SRC. */
+static bool volume_create_refused(const struct policy *pol, char *const argv[], int argc, int at, const char **why)
+{
+	for (int k = at + 1; k < argc; k++) {
+		const char *a = argv[k], *v = NULL;
+		if (!strcmp(a, "-o") || !strcmp(a, "--opt"))
+			v = k + 1 < argc ? argv[++k] : NULL;
+		else if (!strncmp(a, "--opt=", 6))
+			v = a + 6;
+		else if (!strncmp(a, "-o", 2))
+			v = a + 2 + (a[2] == '=');
+		if (v && !strncasecmp(v, "device=", 7) && refused(pol, v + 7, strlen(v + 7), true, true)) {
+			*why = outside_why;
+			return true;
+		}
+	}
+	return false;
 }
 
 /* docker cp [OPTIONS] SRC DST, one of them CONTAINER:PATH: the other is
@@ -125,7 +218,7 @@ static bool cp_refused(const struct policy *pol, char *const argv[], int argc, i
 	for (int i = 0; i < 2; i++) {
 		const char *c = strchr(ops[i], ':'), *s = strchr(ops[i], '/');
 		bool container = c && (!s || c < s);
-		if (!container && refused(pol, ops[i], strlen(ops[i]), i == 1)) {
+		if (!container && refused(pol, ops[i], strlen(ops[i]), i == 1, true)) {
 			*why = cp_why;
 			return true;
 		}
@@ -133,45 +226,75 @@ static bool cp_refused(const struct policy *pol, char *const argv[], int argc, i
 	return false;
 }
 
-bool pol_container_mounts(const struct policy *pol, char *const argv[], int argc, const char **why)
+/* The long options of run and create (docker's, compose run's, podman's)
+ * that take no value. */
+static bool long_bool(const char *name)
 {
-	bool run = false;
+	static const char list[] =
+		"rm\0detach\0interactive\0tty\0publish-all\0privileged\0init\0read-only\0quiet\0no-healthcheck\0"
+		"oom-kill-disable\0disable-content-trust\0help\0sig-proxy\0use-api-socket\0no-deps\0service-ports\0"
+		"use-aliases\0build\0remove-orphans\0no-TTY\0quiet-pull\0replace\0rmi\0no-hosts\0env-host\0"
+		"read-only-tmpfs\0http-proxy\0tls-verify\0passwd\0";
 
-	for (int k = 1; k < argc; k++) {
+	for (const char *l = list; *l; l += strlen(l) + 1)
+		if (!strcmp(name, l))
+			return true;
+	return false;
+}
+
+/* The options of run or create at AT, up to the image. */
+static bool run_refused(const struct policy *pol, char *const argv[], int argc, int at, const char **why)
+{
+	for (int k = at + 1; k < argc; k++) {
 		const char *a = argv[k];
-		if (!run && a[0] != '-') {
-			if (!strcmp(a, "cp"))
-				return cp_refused(pol, argv, argc, k, why);
-			run = !strcmp(a, "run") || !strcmp(a, "create");
-			continue;
-		}
-		if (!run || a[0] != '-')
-			continue;
-		if (!strcmp(a, "--volume") || !strcmp(a, "--mount")) {
-			if (k + 1 < argc && (a[2] == 'v' ? volume_refused(pol, argv[k + 1], why)
-							 : mount_refused(pol, argv[k + 1], why)))
-				return true;
-			k++;
-			continue;
-		}
-		if (!strncmp(a, "--volume=", 9) && volume_refused(pol, a + 9, why))
-			return true;
-		if (!strncmp(a, "--mount=", 8) && mount_refused(pol, a + 8, why))
-			return true;
-		if (a[1] == '-')
-			continue;
-		/* a group of short options: -d -i -t -P take no value, -v
-		 * takes the rest or the next word, any other the rest */
-		for (const char *o = a + 1; *o; o++) {
-			if (strchr("ditP", *o))
-				continue;
-			if (*o == 'v') {
-				const char *v = o[1] ? o + 1 + (o[1] == '=') : k + 1 < argc ? argv[++k] : "";
-				if (volume_refused(pol, v, why))
+		if (a[0] != '-' || !a[1] || !strcmp(a, "--"))
+			return false;   /* the image: the container's command follows */
+		if (a[1] == '-') {
+			const char *eq = strchr(a, '=');
+			if (!strcmp(a, "--volume") || !strcmp(a, "--mount")) {
+				if (k + 1 < argc && (a[2] == 'v' ? volume_refused(pol, argv[k + 1], why)
+								 : mount_refused(pol, argv[k + 1], why)))
 					return true;
+				k++;
+			} else if (!strncmp(a, "--volume=", 9)) {
+				if (volume_refused(pol, a + 9, why))
+					return true;
+			} else if (!strncmp(a, "--mount=", 8)) {
+				if (mount_refused(pol, a + 8, why))
+					return true;
+			} else if (!eq && !long_bool(a + 2)) {
+				k++;            /* its value */
 			}
+			continue;
+		}
+		/* a group of short options: -d -i -t -P -q -T take no value, -v
+		 * takes the rest or the next word, any other the rest or the
+		 * next word */
+		for (const char *o = a + 1; *o; o++) {
+			if (strchr("ditPqT", *o))
+				continue;
+			const char *v = o[1] ? o + 1 + (o[1] == '=') : k + 1 < argc ? argv[++k] : "";
+			if (*o == 'v' && volume_refused(pol, v, why))
+				return true;
 			break;
 		}
+	}
+	return false;
+}
+
+bool pol_container_mounts(const struct policy *pol, char *const argv[], int argc, const char **why)
+{
+	for (int k = 1; k < argc; k++) {
+		const char *a = argv[k];
+		if (a[0] == '-')
+			continue;
+		if ((!strcmp(a, "run") || !strcmp(a, "create")) && run_refused(pol, argv, argc, k, why))
+			return true;
+		if (!strcmp(a, "cp") && cp_refused(pol, argv, argc, k, why))
+			return true;
+		if (!strcmp(a, "volume") && k + 1 < argc && !strcmp(argv[k + 1], "create") &&
+		    volume_create_refused(pol, argv, argc, k + 1, why))
+			return true;
 	}
 	return false;
 }

@@ -530,6 +530,7 @@ static void end_word(struct sh *p)
 	} else if (p->argc < MAXW) {
 		p->argv[p->argc] = w;
 		p->wf[p->argc++] = p->cur_wf;
+		p->closed_self = false; /* (f) x &: a command's word after the group, not a redirection's */
 	}
 	p->redirect = p->redir_fd = p->herestr = false;
 	p->cur_wf = 0;
@@ -537,7 +538,6 @@ static void end_word(struct sh *p)
 
 static void start_word(struct sh *p)
 {
-	p->closed_self = false;
 	if (!p->in_word) {
 		p->in_word = true;
 		p->word_start = p->len;

@@ -1099,18 +1099,30 @@ HIDDEN int guard_connect(const struct sockaddr *sa, socklen_t len)
 	return refuse("connect", "socket", NULL, NULL, why, EPERM);
 }
 
-/* Is ARGV0 the client of an editor's or a terminal's server that runs
- * what it is sent: emacsclient --eval, nvim --server --remote-send,
- * kitty's and wezterm's remote control, zellij's actions? */
-static bool remote_client(const char *argv0)
+/* Is ARGV the client of an editor's or a terminal's server that runs what
+ * it is sent: emacsclient, nvim --server / --remote*, kitty @ and kitten @
+ * (remote control), wezterm cli, zellij action|run|pipe? Only such a
+ * command line: the same programs connect to other servers too (a
+ * terminal to Wayland and the session bus, an editor to its language
+ * servers). A program of another name speaking the same protocol is not
+ * seen (documented). */
+static bool remote_client(char *const *argv)
 {
-	static const char *const names[] = { "emacsclient", "nvim", "kitty", "kitten", "wezterm", "zellij" };
-	const char *b = argv0 ? strrchr(argv0, '/') : NULL;
+	const char *b = argv && argv[0] ? strrchr(argv[0], '/') : NULL;
 
-	b = b ? b + 1 : argv0;
-	for (size_t i = 0; b && i < sizeof(names) / sizeof(names[0]); i++)
-		if (!strcmp(b, names[i]))
+	if (!argv || !argv[0])
+		return false;
+	b = b ? b + 1 : argv[0];
+	if (!strcmp(b, "emacsclient"))
+		return true;
+	for (int i = 1; argv[i]; i++) {
+		const char *a = argv[i];
+		if ((!strcmp(b, "nvim") && (!strncmp(a, "--server", 8) || !strncmp(a, "--remote", 8))) ||
+		    ((!strcmp(b, "kitty") || !strcmp(b, "kitten")) && i == 1 && !strcmp(a, "@")) ||
+		    (!strcmp(b, "wezterm") && !strcmp(a, "cli")) ||
+		    (!strcmp(b, "zellij") && (!strcmp(a, "action") || !strcmp(a, "run") || !strcmp(a, "pipe"))))
 			return true;
+	}
 	return false;
 }
 
@@ -1128,8 +1140,7 @@ HIDDEN int guard_connected(int fd, const char *path)
 	socklen_t n = sizeof(uc);
 
 	if (client < 0)
-		client = txn_multiplexer(shim.argv ? shim.argv[0] : NULL) ||
-			 remote_client(shim.argv ? shim.argv[0] : NULL);
+		client = txn_multiplexer(shim.argv ? shim.argv[0] : NULL) || remote_client(shim.argv);
 	if (!client)
 		return 0;
 	ready();

@@ -853,6 +853,9 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		untracked_entry(to);
 		return 0;       /* both untracked: not journaled */
 	}
+	struct stat fst;
+	if (wt == 1 && !wf && !untracked(from) && lstat(from, &fst) == 0 && S_ISDIR(fst.st_mode))
+		return EXDEV;   /* a journaled directory into a cache: mv copies and removes, each journaled */
 	err = journal_err(shim_segment(&g));
 	if (!err && wt == 1 && !wf && !untracked(from) && !(flags & RENAME_EXCHANGE) && !moves_lookups(from)) {
 		/* a file of the workspace moved into a cache, where its changes

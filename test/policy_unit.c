@@ -810,7 +810,7 @@ static void test_shell_fork_bombs(void **state)
 		":(){ :|:& };:", ":(){ :|: & };:", "bomb(){ bomb|bomb& };bomb", "function f { f|f& }; f",
 		"function f() { f & f; }; f", "f () { f | f & }; f", "x(){ (x|x)& }; x", "b(){ b & }; b",
 		"f(){\n  f |& f\n}\nf", "echo $(g(){ g|g& }; g)", "bash -c ':(){ :|:& };:'", "eval ':(){ :|:&};:'",
-		"f() { echo x | f; }; f", "f(){ (f)& (f)& }; f", "f(){ { f; } | { f; } }; f", "f(){ { f; } & }; f",
+		"f() { echo x | f; }; f", "f(){ (f)& (f)& }; f", "f(){ (f) >/dev/null & (f) 2>&1 & }; f", "f(){ { f; } | { f; } }; f", "f(){ { f; } & }; f",
 		/* a table of names filled with words that are none first */
 		"a1=(); a2=(); a3=(); a4=(); a5=(); a6=(); a7=(); a8=(); a9=(); :(){ :|:& };:",
 	};
@@ -872,6 +872,18 @@ static void test_container_mounts(void **state)
 	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/w/ws/secret:/s:ro", "alpine"), PV_DENY);
 	assert_int_equal(EXEC(pol, "docker", "cp", "web:/etc/passwd", "/etc/passwd"), PV_DENY);
 	assert_int_equal(EXEC(pol, "docker", "cp", "/w/ws/secret", "web:/s"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "--config", "cp", "run", "-v", "/etc:/x", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "-qv", "/etc:/x", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "compose", "run", "-Tv", "/etc:/x", "svc"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount", "Type=BIND,SOURCE=/etc,dst=/x", "a"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount", "type=bind,\"src=/etc\",dst=/x", "a"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount", "type=bind,src=/w/ws/secret,dst=/x,readonly=f", "a"),
+			 PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--mount",
+			      "type=volume,dst=/x,volume-opt=type=none,volume-opt=o=bind,volume-opt=device=/etc", "a"),
+			 PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "volume", "create", "-o", "o=bind", "-o", "device=/etc", "v"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "--name", "x", "-e", "A", "-v", "/etc:/x", "alpine"), PV_DENY);
 	/* the workspace, read-only mounts, named and anonymous volumes */
 	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/w/ws:/app", "-w", "/app", "python"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/etc/localtime:/etc/localtime:ro", "a"), PV_ALLOW);
@@ -881,6 +893,9 @@ static void test_container_mounts(void **state)
 	assert_int_equal(EXEC(pol, "docker", "run", "-e", "V=/etc:/x", "alpine"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "docker", "cp", "web:/app/out.txt", "/w/ws/out.txt"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "docker", "ps", "-v", "/etc:/x"), PV_ALLOW);
+	/* a -v of the container's command, after the image */
+	assert_int_equal(EXEC(pol, "docker", "run", "--rm", "-e", "A=1", "img", "pytest", "-v", "/app/t.py"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "volume", "create", "data"), PV_ALLOW);
 	policy_free(pol);
 }
 

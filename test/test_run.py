@@ -336,9 +336,10 @@ def test_the_agents_own_files_written_through_held_descriptors_are_rewound(tmp_p
     ws = make_ws(tmp_path)
     before = snapshot(os.fsencode(ws))
     (tmp_path / "agent.py").write_text(AGENT_LOG)
-    r = run(tmp_path, "--", "python3", str(tmp_path / "agent.py"))
+    r = run(tmp_path, "--", "/usr/bin/python3", str(tmp_path / "agent.py"))
     assert r.returncode == 0, r.stderr
     assert "bye" in (ws / "agent.log").read_text()
+    assert " in 3 tool calls," in r.stderr, r.stderr      # the held files are no tool calls
     out = subprocess.run([os.path.join(BUILD, "txreplay"), "rewind", str(tmp_path / "j")], capture_output=True,
                          text=True)
     assert out.returncode == 0 and "drift" not in out.stderr, out.stderr
@@ -361,7 +362,7 @@ def test_a_file_the_agent_wrote_and_closed_keeps_its_drift_check(tmp_path):
     ws = make_ws(tmp_path)
     (ws / "main.py").write_text("print('original')\n")
     (tmp_path / "agent.py").write_text(EDIT_AGENT)
-    r = run(tmp_path, "--", "python3", str(tmp_path / "agent.py"))
+    r = run(tmp_path, "--", "/usr/bin/python3", str(tmp_path / "agent.py"))
     assert r.returncode == 0, r.stderr
     time.sleep(1.1)                     # past the agent's own writes' settling
     (ws / "main.py").write_text("print('user edit')\n")
@@ -375,25 +376,35 @@ def test_a_file_the_agent_wrote_and_closed_keeps_its_drift_check(tmp_path):
 def test_a_workspace_file_changed_through_a_cache_is_rewound(tmp_path):
     """A cache (~/.cache) is untracked, but a workspace file reached
     through it is the workspace's: a hard link made there and written
-    through, or the file moved there, edited and moved back. The rewind
-    puts the file back exactly, its link count too (the cache's new name
-    is taken away)."""
+    through, the file or a directory moved there, edited and moved back (a
+    directory is copied: EXDEV), a store whose files are hard-linked into
+    the workspace removed. The rewind puts the workspace back exactly, its
+    link counts too (the cache's new name is taken away, the store's come
+    back)."""
     ws, home = make_ws(tmp_path), tmp_path / "home"
     home.mkdir()
     (ws / "d").mkdir()
     (ws / "d" / "f").write_text("original\n")
     (ws / "d" / "g").write_text("orig-g\n")
+    (ws / "e").mkdir()
+    (ws / "e" / "h").write_text("edit me\n")
+    for i in range(3):                          # a store hard-linked into the workspace (uv, pnpm)
+        (home / ".cache" / "store" / "s").mkdir(parents=True, exist_ok=True)
+        os.link(ws / "d" / "f", home / ".cache" / "store" / "s" / f"l{i}")
     before = snapshot(os.fsencode(ws))
     nlink = os.stat(ws / "d" / "f").st_nlink
     r = run_in(ws, home, tmp_path / "j",
                "mkdir -p ~/.cache/t && ln d/f ~/.cache/t/x && echo evil > ~/.cache/t/x && rm ~/.cache/t/x && "
-               "ln d/f ~/.cache/t/y && mv d/g ~/.cache/t/g && echo evil >> ~/.cache/t/g && mv ~/.cache/t/g d/g")
+               "ln d/f ~/.cache/t/y && mv d/g ~/.cache/t/g && echo evil >> ~/.cache/t/g && mv ~/.cache/t/g d/g && "
+               "mv e ~/.cache/e && echo evil > ~/.cache/e/h && mv ~/.cache/e e && rm -rf ~/.cache/store")
     assert r.returncode == 0, r.stderr
     assert (ws / "d" / "f").read_text() == "evil\n" and (ws / "d" / "g").read_text() == "orig-g\nevil\n"
+    assert (ws / "e" / "h").read_text() == "evil\n"
     rewind(tmp_path / "j")
     assert_same(before, snapshot(os.fsencode(ws)))
     assert os.stat(ws / "d" / "f").st_nlink == nlink
     assert not (home / ".cache" / "t" / "y").exists()
+    assert len(os.listdir(home / ".cache" / "store" / "s")) == 3
 
 
 def test_a_symlink_loop_fails_as_without_the_shim(tmp_path):

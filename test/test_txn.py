@@ -1548,10 +1548,17 @@ def test_an_editors_server_the_session_did_not_start_gets_nothing(tmp_path):
         assert "server the session did not start" in r.stderr, r.stderr
         time.sleep(0.3)
         assert not got.exists()
-        # the same program under another name is no editor's client
-        r = subprocess.run([sys.executable, "-c", code, sock], cwd=ws, env=shim_env(tmp_path), capture_output=True,
-                           text=True, timeout=60)
-        assert r.stdout.split() == ["sent"], r.stdout + r.stderr
+        # nvim is such a client only with --server or --remote* (it talks to
+        # its language servers too); the same program under another name is
+        # none
+        nvim = tmp_path / "nvim"
+        os.symlink(os.path.realpath(sys.executable), nvim)
+        r = subprocess.run([str(nvim), "-c", code, sock, "--server"], cwd=ws, env=shim_env(tmp_path),
+                           capture_output=True, text=True, timeout=60)
+        assert r.stdout.split() == ["errno", str(errno.EACCES)], r.stdout + r.stderr
+        for argv in ([str(nvim), "-c", code, sock], [sys.executable, "-c", code, sock]):
+            r = subprocess.run(argv, cwd=ws, env=shim_env(tmp_path), capture_output=True, text=True, timeout=60)
+            assert r.stdout.split() == ["sent"], r.stdout + r.stderr
     finally:
         srv.kill()
         srv.wait()

@@ -106,8 +106,8 @@ static void count(const struct jreader *r, struct tally *t)
 			t->changes++;
 		else if (c->type == J_REFUSE)
 			t->refused++;
-		else if (c->type == J_TXN_END)
-			t->calls++;
+		else if (c->type == J_TXN_END && !(c->flags & (JR_CUT | JR_HELD)))
+			t->calls++;     /* not the root's own writes, nor a file it holds */
 		else if (c->type == J_REWOUND)
 			t->rewound++;
 	}
