@@ -13,8 +13,9 @@
  * The run options are read up to the image: options that take no value
  * are listed (docker's, compose's and podman's common ones); any other
  * takes the next word, so an unknown flag can only make more words be
- * looked at, never fewer. Every verb found is judged (a global option's
- * value that reads "cp" does not hide a run).
+ * looked at, never fewer. Global options before the verb take the next
+ * word unless they are known to take none (so that `--config cp run`
+ * is a run).
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -110,7 +111,8 @@ static bool volume_refused(const struct policy *pol, const char *spec, const cha
 	for (const char *o = opts; o && *o; o = strchr(o, ',')) {
 		o++;
 		size_t n = strcspn(o, ",");
-		ro |= (n == 2 && !strncmp(o, "ro", 2)) || (n == 8 && !strncmp(o, "readonly", 8));
+		ro |= (n == 2 && !strncmp(o, "ro", 2)) || (n == 8 && !strncmp(o, "readonly", 8)) ||
+		      (n == 1 && o[0] == 'O');  /* podman's overlay: the changes go to a layer */
 	}
 	if (!refused(pol, spec, (size_t)(c - spec), !ro, false))
 		return false;
@@ -282,19 +284,48 @@ static bool run_refused(const struct policy *pol, char *const argv[], int argc, 
 	return false;
 }
 
+/* The global options (docker's, podman's, compose's) that take no value;
+ * any other takes the next word, so that its value is no verb. */
+static bool global_bool(const char *a)
+{
+	static const char list[] = "-D\0--debug\0--tls\0--tlsverify\0-v\0--version\0--help\0-h\0--remote\0"
+				   "--dry-run\0--compatibility\0--all-resources\0--syslog\0--log-level=*\0";
+
+	for (const char *l = list; *l; l += strlen(l) + 1)
+		if (!strcmp(a, l))
+			return true;
+	return strchr(a, '=') != NULL;
+}
+
+/* The verb of a docker, podman, nerdctl or compose command line: run,
+ * create, cp, volume create (container, compose and their options before
+ * it seen through). What comes after a run's image, an exec's container
+ * (a container's own cp) is no verb of the engine's. */
 bool pol_container_mounts(const struct policy *pol, char *const argv[], int argc, const char **why)
 {
 	for (int k = 1; k < argc; k++) {
 		const char *a = argv[k];
-		if (a[0] == '-')
+		if (a[0] == '-') {
+			if (!global_bool(a) && a[1] && k + 1 < argc && argv[k + 1][0] != '-')
+				k++;    /* --config DIR, -H HOST, compose's -f FILE, -p NAME */
 			continue;
-		if ((!strcmp(a, "run") || !strcmp(a, "create")) && run_refused(pol, argv, argc, k, why))
-			return true;
-		if (!strcmp(a, "cp") && cp_refused(pol, argv, argc, k, why))
-			return true;
-		if (!strcmp(a, "volume") && k + 1 < argc && !strcmp(argv[k + 1], "create") &&
-		    volume_create_refused(pol, argv, argc, k + 1, why))
-			return true;
+		}
+		if (!strcmp(a, "compose") || !strcmp(a, "container"))
+			continue;
+		if (!strcmp(a, "run") || !strcmp(a, "create"))
+			return run_refused(pol, argv, argc, k, why);
+		if (!strcmp(a, "cp"))
+			return cp_refused(pol, argv, argc, k, why);
+		if (!strcmp(a, "volume"))
+			return k + 1 < argc && !strcmp(argv[k + 1], "create") &&
+			       volume_create_refused(pol, argv, argc, k + 1, why);
+		break;          /* another verb */
 	}
+	/* A global flag this list does not know may have taken the verb as
+	 * its value: any later run or create is read as one too (a
+	 * container's `npm run build` stops at its first word). */
+	for (int k = 1; k < argc; k++)
+		if ((!strcmp(argv[k], "run") || !strcmp(argv[k], "create")) && run_refused(pol, argv, argc, k, why))
+			return true;
 	return false;
 }

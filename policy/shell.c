@@ -19,6 +19,7 @@
  */
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "internal.h"
 
 #define MAXW            256
@@ -87,6 +88,7 @@ struct sh {
 	int nfuncs;
 	char funcs[MAX_NAMES][64];
 	int func_depth[MAX_NAMES];
+	bool guarded[MAX_NAMES];        /* its body has a condition or a loop so far */
 	bool self_call[MAX_PAREN];      /* a group that calls the function it is in */
 	bool closed_self;       /* the group that just closed did */
 	bool background;        /* the command being read ends with & */
@@ -634,14 +636,26 @@ static void define_function(struct sh *p, const char *name, size_t n)
 	}
 	memcpy(p->funcs[p->nfuncs], name, n);
 	p->funcs[p->nfuncs][n] = 0;
+	p->guarded[p->nfuncs] = false;
 	p->func_depth[p->nfuncs++] = p->paren;
 }
 
-/* Is NAME a call of a function from inside that function's body? */
+/* A condition or a loop in the bodies being read (if, case, for, while,
+ * &&, ||, test, return): recursion behind it ends (a tree walk piped to
+ * sed, a countdown); a fork bomb has none. */
+static void guard_bodies(struct sh *p)
+{
+	for (int i = 0; i < p->nfuncs; i++)
+		if (p->paren > p->func_depth[i])
+			p->guarded[i] = true;
+}
+
+/* Is NAME a call of a function from inside that function's body, with
+ * no condition or loop before it there? */
 static bool self_call(const struct sh *p, const char *name)
 {
 	for (int i = 0; i < p->nfuncs; i++)
-		if (p->paren > p->func_depth[i] && !strcmp(p->funcs[i], name))
+		if (p->paren > p->func_depth[i] && !p->guarded[i] && !strcmp(p->funcs[i], name))
 			return true;
 	return false;
 }
@@ -653,7 +667,12 @@ static bool self_call(const struct sh *p, const char *name)
  * (walk(){ ... walk "$d"; }) is not one. */
 static bool fork_bomb(const struct sh *p, const char *name)
 {
-	return (p->after_pipe || p->end_op == OP_PIPE || p->background) && self_call(p, name);
+	if (!p->after_pipe && p->end_op != OP_PIPE && !p->background)
+		return false;
+	for (int i = 0; i < p->nfuncs; i++)
+		if (p->paren > p->func_depth[i] && !p->guarded[i] && !strcmp(p->funcs[i], name))
+			return true;
+	return false;
 }
 
 /* The fetch-and-run checks of the simple command AV (after assignments
@@ -925,6 +944,8 @@ static void command(struct sh *p)
 			remember_var(p, av[0]);                 /* V=$(curl URL) */
 		else if (one_of(av[0], "if\0while\0until\0{\0"))
 			open_compound(p);
+		if (one_of(av[0], "if\0while\0until\0"))
+			guard_bodies(p);
 		else if (one_of(av[0], "fi\0done\0}\0esac\0"))
 			close_compound(p);
 		av++, wf++, ac--;
@@ -946,6 +967,8 @@ static void command(struct sh *p)
 				remember_var(p, av[k]);
 	if (ac && one_of(av[0], "for\0case\0select\0"))
 		open_compound(p);
+	if (ac && one_of(av[0], "for\0case\0select\0return\0exit\0test\0[\0[[\0"))
+		guard_bodies(p);
 	if (ac > 1 && !strcmp(av[0], "function")) {     /* function NAME { BODY } */
 		define_function(p, av[1], strcspn(av[1], "("));
 		if (ac < 3 || strcmp(av[2], "{"))
@@ -1119,6 +1142,8 @@ static void run(struct sh *p)
 				redirection(p);
 				break;
 			}
+			if (p->i + 1 < p->n && s[p->i + 1] == '&')
+				guard_bodies(p);        /* cond && ... */
 			p->background = !(p->i + 1 < p->n && s[p->i + 1] == '&');
 			group_bomb(p);
 			end_command(p, OP_SEP);
@@ -1126,6 +1151,7 @@ static void run(struct sh *p)
 			break;
 		case '|':
 			if (p->i + 1 < p->n && s[p->i + 1] == '|') {
+				guard_bodies(p);        /* cond || ... */
 				end_command(p, OP_SEP);
 				p->i += 2;
 			} else {
@@ -1259,9 +1285,14 @@ int pol_script_at(const struct policy *pol, char *const av[], int ac)
 	    at >= ac)
 		return 0;
 	/* an installed command (gcloud, aws, terraform's wrapper) has no
-	 * '.' in its name; a script of one's own (mkfs.sh, fsck.py) is no
-	 * program a rule names */
-	return strchr(base_of(av[at]), '.') ? 0 : at;
+	 * '.' in its name and is named by its full path ($(command -v
+	 * gcloud)) or found through PATH; a script of one's own (mkfs.sh,
+	 * fsck.py, ./init, scripts/init, init in the current directory) is
+	 * no program a rule names */
+	const char *sc = av[at];
+	if (strchr(base_of(sc), '.') || (sc[0] != '/' && (strchr(sc, '/') || access(sc, F_OK) == 0)))
+		return 0;
+	return at;
 }
 
 /* --- one process of a pipeline (policy.h) --------------------------------------- */

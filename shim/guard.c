@@ -1115,15 +1115,14 @@ static bool remote_client(char *const *argv)
 	b = b ? b + 1 : argv[0];
 	if (!strcmp(b, "emacsclient"))
 		return true;
-	for (int i = 1; argv[i]; i++) {
-		const char *a = argv[i];
-		if ((!strcmp(b, "nvim") && (!strncmp(a, "--server", 8) || !strncmp(a, "--remote", 8))) ||
-		    ((!strcmp(b, "kitty") || !strcmp(b, "kitten")) && i == 1 && !strcmp(a, "@")) ||
-		    (!strcmp(b, "wezterm") && !strcmp(a, "cli")) ||
-		    (!strcmp(b, "zellij") && (!strcmp(a, "action") || !strcmp(a, "run") || !strcmp(a, "pipe"))))
+	for (int i = 1; argv[i] && strcmp(argv[i], "--"); i++)
+		if (!strcmp(b, "nvim") && (!strncmp(argv[i], "--server", 8) || !strncmp(argv[i], "--remote", 8)))
 			return true;
-	}
-	return false;
+	/* the others by their first word (kitty @ ..., wezterm cli ...) */
+	const char *w = argv[1];
+	return w && (((!strcmp(b, "kitty") || !strcmp(b, "kitten")) && !strcmp(w, "@")) ||
+		     (!strcmp(b, "wezterm") && !strcmp(w, "cli")) ||
+		     (!strcmp(b, "zellij") && (!strcmp(w, "action") || !strcmp(w, "run") || !strcmp(w, "pipe"))));
 }
 
 /* FD, just connected to a Unix socket, in a tmux or screen client (or one

@@ -824,6 +824,10 @@ static void test_shell_fork_bombs(void **state)
 		"git(){ command git \"$@\" | cat; }; git status", "echo(){ builtin echo \"$@\" | tee -a log; }; echo hi",
 		"make(){ nohup make \"$@\" & }; make", "f(){ { echo; } | cat; }; f", "f(){ (cd x && make) & wait; }; f",
 		"x=(a b); f(){ echo; }; f | cat",
+		/* recursion behind a condition or a loop ends */
+		"walk(){ for d in \"$1\"/*; do [ -d \"$d\" ] && walk \"$d\" | sed 's/^/  /'; done; }; walk .",
+		"f(){ [ $1 -eq 0 ] && return; echo $1; f $(($1-1)) | cat; }; f 3",
+		"up(){ for f in \"$@\"; do if [ -d \"$f\" ]; then up \"$f\"/* & else cp \"$f\" /x; fi; done; wait; }",
 	};
 
 	(void)state;
@@ -896,6 +900,15 @@ static void test_container_mounts(void **state)
 	/* a -v of the container's command, after the image */
 	assert_int_equal(EXEC(pol, "docker", "run", "--rm", "-e", "A=1", "img", "pytest", "-v", "/app/t.py"), PV_ALLOW);
 	assert_int_equal(EXEC(pol, "docker", "volume", "create", "data"), PV_ALLOW);
+	/* the container's own cp and run */
+	assert_int_equal(EXEC(pol, "docker", "run", "--rm", "-v", "/w/ws:/w", "alpine", "cp", "/w/a", "/etc/b"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "exec", "web", "cp", "/app/a", "/etc/b"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "compose", "-f", "c.yml", "run", "--rm", "web", "cp", "-a", "/s", "/d"),
+			 PV_ALLOW);
+	assert_int_equal(EXEC(pol, "docker", "exec", "web", "npm", "run", "build"), PV_ALLOW);
+	assert_int_equal(EXEC(pol, "podman", "run", "-v", "/usr:/u:O", "alpine"), PV_ALLOW);
+	/* an unknown global flag taking the verb as its value */
+	assert_int_equal(EXEC(pol, "docker", "--some-flag", "run", "-v", "/etc:/x", "alpine"), PV_DENY);
 	policy_free(pol);
 }
 
