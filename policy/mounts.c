@@ -51,6 +51,10 @@ static bool host_path(const char *src, size_t n, bool relative, char out[PATH_MA
 	memcpy(p + k, src, n);
 	p[k + n] = 0;
 	pol_normalise(p);
+	if (!strncmp(p, "/proc/", 6)) {
+		memcpy(out, p, strlen(p) + 1);  /* as written: refused() judges it */
+		return true;
+	}
 	for (cut = strlen(p);;) {
 		char keep = p[cut];
 		p[cut] = 0;
@@ -75,13 +79,16 @@ static bool host_path(const char *src, size_t n, bool relative, char out[PATH_MA
 }
 
 /* Is the host path SRC (N bytes) one the session may not write (WRITE) or
- * read? */
+ * read? Any under /proc: the engine resolves /proc/self/cwd, /proc/PID/root
+ * in its own context, not the session's (its / as often as not). */
 static bool refused(const struct policy *pol, const char *src, size_t n, bool write, bool relative)
 {
 	char p[PATH_MAX];
 	const char *w;
 
-	return host_path(src, n, relative, p) && policy_path(pol, p, write, &w) == PV_DENY;
+	if (!host_path(src, n, relative, p))
+		return false;
+	return !strncmp(p, "/proc/", 6) || !strcmp(p, "/proc") || policy_path(pol, p, write, &w) == PV_DENY;
 }
 
 /* Go's strconv.ParseBool, which docker reads readonly= with: -1 neither. */

@@ -909,6 +909,7 @@ static void test_container_mounts(void **state)
 	assert_int_equal(EXEC(pol, "podman", "run", "-v", "/usr:/u:O", "alpine"), PV_ALLOW);
 	/* an unknown global flag taking the verb as its value */
 	assert_int_equal(EXEC(pol, "docker", "--some-flag", "run", "-v", "/etc:/x", "alpine"), PV_DENY);
+	assert_int_equal(EXEC(pol, "docker", "run", "-v", "/proc/self/cwd:/x:ro", "alpine"), PV_DENY);
 	policy_free(pol);
 }
 
