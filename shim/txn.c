@@ -362,6 +362,22 @@ HIDDEN uint32_t shim_txn(void)
 	return shim.txn;
 }
 
+/* The files held_files recorded already in this process (a rewind needs
+ * one record of each): dev and inode, the last HELD_KEEP of them. */
+#define HELD_KEEP 32
+static struct { dev_t dev; ino_t ino; } held_seen[HELD_KEEP];
+static unsigned held_next;
+
+static bool held_before(const struct stat *st)
+{
+	for (unsigned i = 0; i < HELD_KEEP; i++)
+		if (held_seen[i].ino == st->st_ino && held_seen[i].dev == st->st_dev)
+			return true;
+	held_seen[held_next % HELD_KEEP].dev = st->st_dev;
+	held_seen[held_next++ % HELD_KEEP].ino = st->st_ino;
+	return false;
+}
+
 /* The regular files this starter holds open for writing as its own
  * transaction TXN is cut (an agent's log file, its history database): it
  * may write on through them where no hook sees a write, so each gets a
@@ -395,7 +411,7 @@ static void held_files(uint32_t txn)
 				continue;
 			fl = fcntl(fd, F_GETFL);
 			if (fl < 0 || (fl & O_ACCMODE) == O_RDONLY || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-			    !st.st_nlink)
+			    !st.st_nlink || held_before(&st))
 				continue;
 			snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 			k = readlink(link, path, sizeof(path) - 1);
