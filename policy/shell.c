@@ -28,6 +28,7 @@
 #define MAX_HEREDOC     4
 #define MAX_NEST        8
 #define MAX_NAMES       8
+#define MAX_CALLS       8
 
 enum { WF_FETCHSUB = 1, WF_PROCFETCH = 2 };     /* word flags */
 enum { OP_SEP, OP_PIPE, OP_OPEN, OP_CLOSE };
@@ -90,6 +91,10 @@ struct sh {
 	int func_depth[MAX_NAMES];
 	bool guarded[MAX_NAMES];        /* its body has a condition or a loop so far */
 	bool self_call[MAX_PAREN];      /* a group that calls the function it is in */
+	/* calls made from unguarded function bodies (a(){ b|b& }; b(){ a; }):
+	 * caller, callee, and whether the call starts a process of its own */
+	int ncalls;
+	struct { char from[24], to[24]; bool forks; } calls[MAX_CALLS];
 	bool closed_self;       /* the group that just closed did */
 	bool background;        /* the command being read ends with & */
 	int end_op;             /* and with this operator */
@@ -660,6 +665,47 @@ static bool self_call(const struct sh *p, const char *name)
 	return false;
 }
 
+/* A call of NAME from the innermost function body being read, if that
+ * body has no condition or loop so far. */
+static void note_call(struct sh *p, const char *name)
+{
+	int f = p->nfuncs - 1;
+	size_t n = strlen(name);
+
+	if (f < 0 || p->paren <= p->func_depth[f] || p->guarded[f] || n >= sizeof(p->calls[0].to) ||
+	    strlen(p->funcs[f]) >= sizeof(p->calls[0].from))
+		return;
+	if (p->ncalls == MAX_CALLS) {   /* the oldest goes */
+		memmove(p->calls, p->calls + 1, sizeof(p->calls[0]) * (MAX_CALLS - 1));
+		p->ncalls--;
+	}
+	memcpy(p->calls[p->ncalls].from, p->funcs[f], strlen(p->funcs[f]) + 1);
+	memcpy(p->calls[p->ncalls].to, name, n + 1);
+	p->calls[p->ncalls++].forks = p->after_pipe || p->end_op == OP_PIPE || p->background;
+}
+
+/* Does NAME reach TARGET through the calls noted (depth-first, at most
+ * MAX_CALLS deep)? */
+static bool reaches(const struct sh *p, const char *name, const char *target, int depth)
+{
+	if (!strcmp(name, target))
+		return true;
+	for (int i = 0; depth < MAX_CALLS && i < p->ncalls; i++)
+		if (!strcmp(p->calls[i].from, name) && reaches(p, p->calls[i].to, target, depth + 1))
+			return true;
+	return false;
+}
+
+/* Functions that start each other in pipelines or in the background,
+ * none behind a condition (a(){ b|b& }; b(){ a|a& }; a): a fork bomb. */
+static bool mutual_bomb(const struct sh *p)
+{
+	for (int i = 0; i < p->ncalls; i++)
+		if (p->calls[i].forks && reaches(p, p->calls[i].to, p->calls[i].from, 0))
+			return true;
+	return false;
+}
+
 /* A command NAME ... that calls a function from inside that function's
  * body, as a stage of a pipeline or in the background: each call starts
  * two processes that start two more (:(){ :|:& };:), or a chain that never
@@ -989,6 +1035,8 @@ static void command(struct sh *p)
 	}
 	if (!bypass && self_call(p, av[0]))
 		p->self_call[p->paren] = true;
+	if (!bypass)
+		note_call(p, av[0]);
 	fed = stage_fed(p);
 	if (one_of(av[0], "eval\0source\0.\0")) {
 		for (int k = 1; k < ac; k++) {
@@ -1258,6 +1306,8 @@ static enum pverdict shell_in(const struct policy *pol, const char *script, size
 		return PV_DENY;
 	}
 	run(&p);
+	if (!p.deny && p.ncalls && mutual_bomb(&p))
+		deny(&p, bomb_why);
 	if (p.buf != stack)
 		munmap(p.buf, cap);
 	if (fetches)

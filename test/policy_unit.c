@@ -829,6 +829,8 @@ static void test_shell_fork_bombs(void **state)
 		"f() { echo x | f; }; f", "f(){ (f)& (f)& }; f", "f(){ (f) >/dev/null & (f) 2>&1 & }; f", "f(){ { f; } | { f; } }; f", "f(){ { f; } & }; f",
 		/* a table of names filled with words that are none first */
 		"a1=(); a2=(); a3=(); a4=(); a5=(); a6=(); a7=(); a8=(); a9=(); :(){ :|:& };:",
+		/* functions that start each other */
+		"a(){ b|b& }; b(){ a|a& }; a", "a(){ b & b; }; b(){ a; }; a", "x(){ y; }; y(){ z | z; }; z(){ x; }; x",
 	};
 	static const char *const allowed[] = {
 		"walk(){ for d in \"$1\"/*/; do walk \"$d\"; done; }; walk .",
@@ -839,7 +841,8 @@ static void test_shell_fork_bombs(void **state)
 		/* wrappers: command, builtin, exec, nohup run no function */
 		"git(){ command git \"$@\" | cat; }; git status", "echo(){ builtin echo \"$@\" | tee -a log; }; echo hi",
 		"make(){ nohup make \"$@\" & }; make", "f(){ { echo; } | cat; }; f", "f(){ (cd x && make) & wait; }; f",
-		"x=(a b); f(){ echo; }; f | cat",
+		"x=(a b); f(){ echo; }; f | cat", "a(){ b | cat; }; b(){ echo; }; a", "a(){ b & }; b(){ c; }; c(){ :; }; a",
+		"a(){ [ -n \"$1\" ] && b \"$1\" | sed s/x/y/; }; b(){ a \"${1#?}\"; }; a abc",
 		/* recursion behind a condition or a loop ends */
 		"walk(){ for d in \"$1\"/*; do [ -d \"$d\" ] && walk \"$d\" | sed 's/^/  /'; done; }; walk .",
 		"f(){ [ $1 -eq 0 ] && return; echo $1; f $(($1-1)) | cat; }; f 3",
