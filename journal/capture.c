@@ -769,6 +769,21 @@ struct at {
  * filesystem, a file the caller may not link). The program's own call then
  * removes the name. A kept inode keeps its xattrs too: the record lists
  * them only in a session whose readers would take no list for none. */
+/* R (a J_REMOVE) with a copy of the bytes of the regular file at its path
+ * (no hard link could keep the inode, or it must not be kept); R->st is
+ * ST, what the copy was taken of. */
+static int emit_copy(struct jseg *g, uint32_t txn, struct rec *r, uint64_t seq, struct stat *st)
+{
+	int fd = open_pre(r->path, st), err;
+
+	if (fd < 0)
+		return fd;
+	r->st = st;
+	err = S_ISREG(st->st_mode) ? emit_with_bytes(g, txn, r, fd, seq) : -EAGAIN;
+	close(fd);
+	return err;
+}
+
 static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct at *at)
 {
 	struct jsession *s = g->s;
@@ -776,7 +791,7 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 	struct stat st;
 	char name[JOBJ_NAME_MAX];
 	size_t dirlen = jobject_name(name, s->features, seq, "ino");
-	int fd, err = jsession_objfd(s);
+	int err = jsession_objfd(s);
 
 	if (err < 0)
 		return journal_side(err);
@@ -805,13 +820,7 @@ static int remove_file(struct jseg *g, uint32_t txn, struct rec *r, const struct
 	}
 	if (err != -EXDEV && err != -EPERM && err != -EMLINK)
 		return err;
-	fd = open_pre(r->path, &st);
-	if (fd < 0)
-		return fd;
-	r->st = &st;
-	err = S_ISREG(st.st_mode) ? emit_with_bytes(g, txn, r, fd, seq) : -EAGAIN;
-	close(fd);
-	return err;
+	return emit_copy(g, txn, r, seq, &st);
 }
 
 /* A regular file removed by the journal itself: its record first (the one
@@ -1268,7 +1277,7 @@ int jcap_remove_copy(struct jseg *g, uint32_t txn, const char *path)
 {
 	struct stat st;
 	struct rec r = { .type = J_REMOVE, .path = path, .st = &st, .xattrs = XA_PATH };
-	int fd, err;
+	int err;
 
 	if (lstat(path, &st) < 0)
 		return errno == ENOENT ? 0 : -errno;    /* the call fails too */
@@ -1276,14 +1285,7 @@ int jcap_remove_copy(struct jseg *g, uint32_t txn, const char *path)
 		return jcap_remove(g, txn, path);
 	dedup_bump(g->s);       /* the name will stand for another inode, or none */
 	err = parent_meta(g, txn, path);
-	if (err)
-		return err;
-	fd = open_pre(path, &st);
-	if (fd < 0)
-		return fd;
-	err = S_ISREG(st.st_mode) ? emit_with_bytes(g, txn, &r, fd, 0) : -EAGAIN;
-	close(fd);
-	return err;
+	return err ? err : emit_copy(g, txn, &r, 0, &st);
 }
 
 static bool names_dir(const struct stat *st)

@@ -733,7 +733,7 @@ static bool is_shell(const struct prog *pg)
 }
 
 /* The string of "sh [OPTIONS] -c STRING ...", or NULL. */
-static const char *shell_string(char *const argv[], int argc)
+const char *policy_shell_string(char *const argv[], int argc)
 {
 	bool c = false;
 	int i;
@@ -963,7 +963,7 @@ static enum pverdict exec_argv(const struct policy *pol, const char *file, char 
 			*why = pol_text(pol, r->rule);
 			return PV_DENY;
 		}
-		if (is_shell(&pg) && (s = shell_string(argv, argc)) &&
+		if (is_shell(&pg) && (s = policy_shell_string(argv, argc)) &&
 		    pol_shell(pol, s, strlen(s), path_value, depth + 1, why, NULL) == PV_DENY)
 			return PV_DENY;
 		/* kubectl exec POD -- COMMAND...: the pod runs COMMAND; the

@@ -200,6 +200,9 @@ int policy_stream_role(const struct policy *pol, const char *file, char *const a
  * from a stream, or fetch-and-run allowed. The shim looks for the mark a
  * fetcher left on its downloads there (shim/fetched.c). */
 const char *policy_script_of(const struct policy *pol, const char *file, char *const argv[]);
+/* The -c string a shell started with ARGV (ARGC words) runs (bash -c S,
+ * -lc S, -l -c S, -o pipefail -c S, -c -- S), or NULL. */
+const char *policy_shell_string(char *const argv[], int argc);
 /* Whether the program named NAME (a base name) is one of [fetch-and-run]
  * fetchers, with fetch-and-run refused. */
 bool policy_fetcher(const struct policy *pol, const char *name);

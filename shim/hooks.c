@@ -371,17 +371,31 @@ static int refuse_unjournaled(const char *p, int err);
 /* An untracked entry P (a cache: not journaled) is made, removed or
  * renamed: its directory's times change all the same, and a directory that
  * is journaled gets them recorded (mkdir -p ~/.cache/x, HOME in a root). */
-static void untracked_entry(const char *p)
+/* P's directory ("/a/b" for "/a/b/c") into DIR; false for none. */
+static bool dir_of(const char *p, char dir[PATH_MAX])
 {
 	const char *slash = strrchr(p, '/');
-	char dir[PATH_MAX];
-	struct jseg *g;
 
-	if (!shim.session_open || !slash || slash == p || (size_t)(slash - p) >= sizeof(dir))
-		return;
+	if (!slash || slash == p || (size_t)(slash - p) >= PATH_MAX)
+		return false;
 	memcpy(dir, p, (size_t)(slash - p));
 	dir[slash - p] = 0;
-	if (!untracked(dir) && guard_journaled(dir) && shim_segment(&g) == 0)
+	return true;
+}
+
+/* Are changes in P's directory journaled (not an untracked one)? */
+static bool dir_journaled(const char *p)
+{
+	char dir[PATH_MAX];
+
+	return dir_of(p, dir) && !untracked(dir) && guard_journaled(dir);
+}
+
+static void untracked_entry(const char *p)
+{
+	struct jseg *g;
+
+	if (shim.session_open && dir_journaled(p) && shim_segment(&g) == 0)
 		(void)jcap_parent_meta(g, shim_txn(), p);
 }
 
@@ -853,14 +867,19 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		untracked_entry(to);
 		return 0;       /* both untracked: not journaled */
 	}
+	/* a journaled directory or file into a cache, where its changes are
+	 * not journaled (mv f ~/.cache/f; edit; mv back): a directory fails
+	 * EXDEV (mv copies and removes, each journaled), a file's removal is
+	 * recorded with a copy of its bytes, not its inode */
 	struct stat fst;
-	if (wt == 1 && !wf && !untracked(from) && lstat(from, &fst) == 0 && S_ISDIR(fst.st_mode))
-		return EXDEV;   /* a journaled directory into a cache: mv copies and removes, each journaled */
+	bool copied = false;
+	if (wt == 1 && !wf && !untracked(from) && lstat(from, &fst) == 0) {
+		if (S_ISDIR(fst.st_mode))
+			return EXDEV;
+		copied = S_ISREG(fst.st_mode) && !(flags & RENAME_EXCHANGE);
+	}
 	err = journal_err(shim_segment(&g));
-	if (!err && wt == 1 && !wf && !untracked(from) && !(flags & RENAME_EXCHANGE) && !moves_lookups(from)) {
-		/* a file of the workspace moved into a cache, where its changes
-		 * are not journaled (mv f ~/.cache/f; edit; mv back): its
-		 * removal, with a copy of its bytes, not its inode */
+	if (!err && copied) {
 		lock_paths(g, from, NULL);
 		err = jcap_remove_copy(g, shim_txn(), from);
 		if (!err)
@@ -1001,15 +1020,7 @@ HIDDEN int pre_link(int od, const char *o, int nd, const char *n, int flags)
 	bump(J_CTR_TURNS);
 	/* a journaled file's new name in a cache is journaled too (its
 	 * changes are, other_names), so that a rewind takes it away */
-	char dir[PATH_MAX];
-	const char *slash = err ? NULL : strrchr(p, '/');
-	bool journaled = false;
-	if (slash && slash > p && !untracked(p)) {
-		memcpy(dir, p, (size_t)(slash - p));
-		dir[slash - p] = 0;
-		journaled = guard_journaled(dir);
-	}
-	return create_node(nd, n, S_IFREG, journaled);
+	return create_node(nd, n, S_IFREG, !err && !untracked(p) && dir_journaled(p));
 }
 
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow)

@@ -79,6 +79,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 #include "shim.h"
+#include "../policy/policy.h"
 
 extern char **environ;
 
@@ -1005,49 +1006,13 @@ static bool assignment(const char *p)
 	return n && !(p[0] >= '0' && p[0] <= '9') && p[n] == '=';
 }
 
-/* The -c string of the shell ARGV (bash -c S, -lc S, -l -c S, --login -c
- * S, -o pipefail -c S), or NULL. */
-static const char *shell_string(char *const argv[])
-{
-	static const char longs[] = "--login\0--noprofile\0--norc\0--posix\0--verbose\0--noediting\0";
-	bool c = false;
-	int i = 1;
-
-	if (!argv || !argv[0] || !is_shell(argv[0]))
-		return NULL;
-	for (; argv[i]; i++) {
-		const char *o = argv[i];
-		bool known = false;
-		if ((o[0] == '-' || o[0] == '+') && (o[1] == 'o' || o[1] == 'O') && !o[2]) {
-			if (!argv[++i])
-				return NULL;    /* -o OPTION, -O SHOPT: a value */
-			continue;
-		}
-		if (!strcmp(o, "--")) {
-			i++;            /* bash -c -- STRING */
-			break;
-		}
-		if (o[0] == '-' && o[1] == '-') {
-			for (const char *l = longs; *l && !known; l += strlen(l) + 1)
-				known = !strcmp(o, l);
-			if (!known)
-				return NULL;    /* --rcfile FILE: not seen into */
-			continue;
-		}
-		if ((o[0] != '-' && o[0] != '+') || !o[1])
-			break;
-		if (strspn(o + 1, "abcefhiklmnoprtuvxBCEHOPT") != strlen(o + 1))
-			return NULL;
-		c |= o[0] == '-' && strchr(o, 'c');
-		if ((strchr(o + 1, 'o') || strchr(o + 1, 'O')) && !argv[++i])
-			return NULL;    /* -eo pipefail: its value */
-	}
-	return c ? argv[i] : NULL;
-}
-
 static char *const *command_of(char *const argv[], char *buf, size_t cap, char *words[], size_t nmax)
 {
-	const char *string = shell_string(argv);
+	int argc = 0;
+
+	while (argv && argv[argc])
+		argc++;
+	const char *string = argc && is_shell(argv[0]) ? policy_shell_string(argv, argc) : NULL;
 	size_t n = 0, k = 0, cmd = 0;
 	bool word = false, assign = false;
 
