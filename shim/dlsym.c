@@ -45,10 +45,13 @@ HIDDEN void *(*shim_real_dlsym(void))(void *, const char *)
 #include "hooks-extra.def"
 #undef HOOK
 extern char hook_sym_execl __asm__("execl"), hook_sym_execlp __asm__("execlp"), hook_sym_execle __asm__("execle");
-/* glibc's other exported names for hooked functions (fdguard.c, txn.c) */
+/* glibc's other exported names for hooked functions (fdguard.c, txn.c,
+ * pending.c, exec.c) */
 extern char hook_sym___close __asm__("__close"), hook_sym___dup2 __asm__("__dup2"),
 	hook_sym__IO_fclose __asm__("_IO_fclose"), hook_sym___clone __asm__("__clone"),
-	hook_sym___vfork __asm__("__vfork");
+	hook_sym___vfork __asm__("__vfork"), hook_sym___fcntl __asm__("__fcntl"),
+	hook_sym___write __asm__("__write"), hook_sym___pwrite64 __asm__("__pwrite64"),
+	hook_sym__IO_fdopen __asm__("_IO_fdopen"), hook_sym__IO_popen __asm__("_IO_popen");
 
 struct named { const char *name; void *fn; };
 static const struct named table[] = {
@@ -58,7 +61,9 @@ static const struct named table[] = {
 #undef HOOK
 	{ "execl", &hook_sym_execl }, { "execlp", &hook_sym_execlp }, { "execle", &hook_sym_execle },
 	{ "__close", &hook_sym___close }, { "__dup2", &hook_sym___dup2 }, { "_IO_fclose", &hook_sym__IO_fclose },
-	{ "__clone", &hook_sym___clone }, { "__vfork", &hook_sym___vfork },
+	{ "__clone", &hook_sym___clone }, { "__vfork", &hook_sym___vfork }, { "__fcntl", &hook_sym___fcntl },
+	{ "__write", &hook_sym___write }, { "__pwrite64", &hook_sym___pwrite64 },
+	{ "_IO_fdopen", &hook_sym__IO_fdopen }, { "_IO_popen", &hook_sym__IO_popen },
 };
 #define NTABLE (sizeof(table) / sizeof(table[0]))
 /* TABLE's indices in name order (in .bss: the one page of data every

@@ -432,6 +432,9 @@ static int exec_enter(struct hook_ctx *c, const char *path, bool search, char *c
 							      : guard_exec(file, search, argv);
 		kind_keep_off = was;
 	}
+	/* the descriptors the program keeps: their pre-images now (pending.c) */
+	if (!err && !txn_vfork_child())
+		err = pend_take_all(true);
 	if (err) {
 		if (txn_vfork_child())
 			errno = err;
@@ -590,6 +593,12 @@ static int spawn_hook(bool search, pid_t *pid, const char *p, const posix_spawn_
 		txn_system_done(key, 126 << 8);    /* a tool call that never ran, as a shell says it */
 		return err;
 	}
+	/* file actions may keep any descriptor (pending.c) */
+	if ((err = pend_take_all(fa == NULL))) {
+		hook_refuse(&c, err);
+		txn_system_done(key, 126 << 8);
+		return err;
+	}
 	spawn_txn = t;
 	WITH_ENV(e, fixed, {
 		r = (search ? REAL(posix_spawnp) : REAL(posix_spawn))(&child, p, fa, at, a, fixed);
@@ -643,7 +652,7 @@ static char environ_txn_var[32];
 	char *const argv[] = { "sh", "-c", (char *)(cmd), NULL };        \
 	if (!hook_enter(&c) || !(cmd))                                    \
 		return real_call;                                         \
-	int err_ = guard_exec("/bin/sh", false, argv);                           \
+	int err_ = guard_exec("/bin/sh", false, argv) ?: pend_take_all(true);     \
 	if (err_) {                                                       \
 		hook_refuse(&c, err_);                                    \
 		return refused;                                           \
@@ -714,3 +723,6 @@ EXPORT FILE *popen(const char *cmd, const char *mode)
 {
 	SHELL_HOOK(REAL(popen)(cmd, mode), NULL, cmd, popen_keep(r_, key));
 }
+
+/* glibc's other exported name for popen */
+EXPORT FILE *_IO_popen(const char *cmd, const char *mode) { return popen(cmd, mode); }

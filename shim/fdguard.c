@@ -51,6 +51,7 @@ HOT EXPORT int close(int fd)
 		return -1;
 	}
 	fdcache_drop(fd);
+	pend_drop(fd);          /* closed even when close fails (EINTR, EIO) */
 	fetched_closing(fd);
 	return REAL(close)(fd);
 }
@@ -71,14 +72,28 @@ static void before_dup_onto(int a, int b)
 
 EXPORT int dup2(int a, int b)
 {
+	int r;
+
+	if (pend_dup_before(a, b))
+		return -1;
 	before_dup_onto(a, b);
-	return REAL(dup2)(a, b);
+	r = REAL(dup2)(a, b);
+	if (r >= 0 && pend_dup(a, r))
+		return -1;
+	return r;
 }
 
 EXPORT int dup3(int a, int b, int fl)
 {
+	int r;
+
+	if (pend_dup_before(a, b))
+		return -1;
 	before_dup_onto(a, b);
-	return REAL(dup3)(a, b, fl);
+	r = REAL(dup3)(a, b, fl);
+	if (r >= 0 && pend_dup(a, r))
+		return -1;
+	return r;
 }
 
 /* Close [lo, hi] but our descriptors, in the pieces between them. */
@@ -89,7 +104,8 @@ EXPORT int close_range(unsigned lo, unsigned hi, int fl)
 	shim_ensure();
 	if (fl & CLOSE_RANGE_UNSHARE)   /* this thread's table becomes its own */
 		fdcache_distrust();
-	fdcache_drop_range(lo, hi);
+	if (!(fl & CLOSE_RANGE_CLOEXEC))        /* which closes nothing yet */
+		fdcache_drop_range(lo, hi);
 	if (!shim_ready)
 		return REAL(close_range)(lo, hi, fl);
 	for (;;) {
@@ -102,12 +118,19 @@ EXPORT int close_range(unsigned lo, unsigned hi, int fl)
 				found = true;
 			}
 		}
-		if (!found)
-			return REAL(close_range)(from, hi, fl);
+		if (!found) {
+			int r = REAL(close_range)(from, hi, fl);
+			if (r == 0 && !(fl & CLOSE_RANGE_CLOEXEC))
+				pend_drop_range(lo, hi);
+			return r;
+		}
 		if (next > from && REAL(close_range)(from, next - 1, fl) < 0)
 			return -1;
-		if (next == hi)
+		if (next == hi) {
+			if (!(fl & CLOSE_RANGE_CLOEXEC))
+				pend_drop_range(lo, hi);
 			return 0;
+		}
 		from = next + 1;
 	}
 }
@@ -132,6 +155,7 @@ static void stream_closing(FILE *f)
 	if (f) {
 		int fd = fileno_unlocked(f);
 		fdcache_drop(fd);
+		pend_drop(fd);
 		fetched_closing(fd);
 	}
 }
@@ -194,6 +218,8 @@ EXPORT int mq_close(mqd_t q)
  * cwd (path.c), is checked from then on. */
 static void parting(uint64_t clone_flags)
 {
+	if ((clone_flags & CLONE_FILES) && !(clone_flags & CLONE_VM))
+		(void)pend_flush_all(false);    /* its writes pass a table of its own */
 	if (!(clone_flags & CLONE_VM) != !(clone_flags & CLONE_FILES))
 		fdcache_distrust();
 	if (!(clone_flags & CLONE_VM) != !(clone_flags & CLONE_FS))
@@ -249,6 +275,7 @@ HIDDEN void fdcache_syscall(long n, const long a[6])
 	switch (n) {
 	case SYS_close:
 		fdcache_drop((int)a[0]);
+		pend_drop((int)a[0]);
 		break;
 	case SYS_dup2:
 	case SYS_dup3:
@@ -257,7 +284,8 @@ HIDDEN void fdcache_syscall(long n, const long a[6])
 	case SYS_close_range:
 		if (a[2] & CLOSE_RANGE_UNSHARE)
 			fdcache_distrust();
-		fdcache_drop_range((unsigned)a[0], (unsigned)a[1]);
+		if (!(a[2] & CLOSE_RANGE_CLOEXEC))
+			fdcache_drop_range((unsigned)a[0], (unsigned)a[1]);
 		break;
 	case SYS_unshare:
 		unsharing(a[0]);
@@ -282,16 +310,28 @@ EXPORT int fcloseall(void)
 /* and dup2 /dev/null or the terminal onto 0-2 */
 EXPORT int daemon(int nochdir, int noclose)
 {
+	int r;
+
 	if (!noclose)
 		fdcache_drop_range(0, 2);
-	return REAL(daemon)(nochdir, noclose);
+	r = REAL(daemon)(nochdir, noclose);
+	if (r == 0 && !noclose)
+		pend_drop_range(0, 2);
+	return r;
 }
 
 EXPORT int login_tty(int fd)
 {
+	int r;
+
 	fdcache_drop_range(0, 2);
 	fdcache_drop(fd);
-	return REAL(login_tty)(fd);
+	r = REAL(login_tty)(fd);
+	if (r == 0) {
+		pend_drop_range(0, 2);
+		pend_drop(fd);
+	}
+	return r;
 }
 
 static void dup_cached(int from, int to)
@@ -309,6 +349,8 @@ EXPORT int dup(int fd)
 	if (r >= 0 && shim_ready) {
 		int e = errno;
 		dup_cached(fd, r);
+		if (pend_dup(fd, r))
+			return -1;      /* closed again: refused (pending.c) */
 		errno = e;
 	}
 	return r;
@@ -323,6 +365,8 @@ static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 		if (r >= 0 && shim_ready) {
 			int e = errno;
 			dup_cached(fd, r);
+			if (pend_dup(fd, r))
+				return -1;
 			errno = e;
 		}
 		return r;
@@ -361,6 +405,16 @@ static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
 	}
 FCNTL_HOOK(fcntl)
 FCNTL_HOOK(fcntl64)
+EXPORT int __fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return fcntl(fd, cmd, arg);
+}
 
 /* ioctl: only the requests that set a file's inode flags are judged
  * (hooks.c, pre_ioctl); glibc's own ioctls (tcgetattr ...) do not come
@@ -376,7 +430,8 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	arg = va_arg(ap, void *);
 	va_end(ap);
 	shim_ensure();
-	if ((req & 0xff00ul) != 0x6600ul && (req & 0xff00ul) != 0x5800ul)  /* neither an 'f' nor an 'X' request */
+	if ((req & 0xff00ul) != 0x6600ul && (req & 0xff00ul) != 0x5800ul &&  /* neither an 'f' nor an 'X' */
+	    (req & 0xff00ul) != 0x9400ul)      /* nor a clone into FD (FICLONE) */
 		return REAL(ioctl)(fd, req, arg);
 	if (!hook_enter(&c))
 		return REAL(ioctl)(fd, req, arg);

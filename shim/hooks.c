@@ -219,13 +219,13 @@ HIDDEN bool shim_fd_of_removed(const char *p, const char *real)
 
 /* A change, through descriptor FD left open on it, of a removed file kept in
  * objects/ (P names it): the change is made to the pre-image itself. Where
- * FD was opened to write in place (not only to append), its open journaled
- * the whole file, and the rewind puts that back over the kept inode: let
- * through. Else (opened to read, or to append, whose record holds only the
+ * FD was opened to write in place (not only to append) and its capture was
+ * taken (not pending: pending.c), the whole file is journaled, and the
+ * rewind puts that back over the kept inode: let through. Else (opened to read, or to append, whose record holds only the
  * size; FD -1: not this process's) refused. */
 static int kept_change(int fd, const char *p)
 {
-	int fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+	int fl = fd >= 0 && !pend_has_fd(fd) ? fcntl(fd, F_GETFL) : -1;
 
 	if (fl >= 0 && ((fl & O_ACCMODE) == O_RDWR || ((fl & O_ACCMODE) == O_WRONLY && !(fl & O_APPEND))))
 		return 0;
@@ -599,7 +599,9 @@ static bool other_names(const struct stat *st)
 	return S_ISREG(st->st_mode) && st->st_nlink > 1;
 }
 
-static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool follow, bool creates)
+/* LATER: the caller may put off an in-place write's capture (pending.c):
+ * set when it did, the file a regular one the policy lets change. */
+static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool follow, bool creates, bool *later)
 {
 	struct stat st;
 	uint64_t gen[2] = { 0, 0 };
@@ -635,6 +637,10 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 		shim_unlock();  /* the locks of another path, or of a call that may block */
 		locked = false;
 	}
+	if (!err && later && op == JC_WRITE && mode == S_IFREG) {
+		*later = true;
+		return 0;
+	}
 	if (!err)
 		err = capture(p, op, lock, locked ? &st : NULL);
 	if (err)
@@ -653,7 +659,7 @@ HIDDEN int pre_open(int dirfd, const char *path, int flags)
 {
 	char p[PATH_MAX];
 
-	return pre_open_abs(dirfd, path, flags, p);
+	return pre_open_abs(dirfd, path, flags, p, NULL);
 }
 
 /* The capture an open for writing with FLAGS needs. Only a write-only
@@ -692,6 +698,8 @@ HIDDEN int pre_setfl(int fd, int newfl)
 #define FS_IOC_GETFLAGS_   0x80086601u
 #define FS_IOC_FSSETXATTR_ 0x401c5820u          /* _IOW('X', 32, struct fsxattr) */
 #define FS_IOC_FSGETXATTR_ 0x801c581fu
+#define FICLONE_           0x40049409u          /* _IOW(0x94, 9, int) */
+#define FICLONERANGE_      0x4020940du          /* _IOW(0x94, 13, struct file_clone_range) */
 HIDDEN bool inode_flags_request(unsigned long req)
 {
 	uint32_t r = (uint32_t)req;
@@ -722,6 +730,8 @@ HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg)
 	uint32_t flags;
 	long cur = 0;
 
+	if ((uint32_t)req == FICLONE_ || (uint32_t)req == FICLONERANGE_)
+		return pend_take(fd);   /* bytes cloned into FD's file */
 	if (!inode_flags_request(req))
 		return 0;
 	if ((uint32_t)req == FS_IOC_FSSETXATTR_)
@@ -748,7 +758,7 @@ HIDDEN int pre_file_setattr(int dirfd, const char *path, const void *attr, size_
 	       want.cowextsize == now.cowextsize ? 0 : guard_inode_flags(-1, abs);
 }
 
-HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX])
+HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX], bool *later)
 {
 	int err = path_abs(p, dirfd, path);
 
@@ -763,7 +773,7 @@ HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char p[PATH_MAX]
 		return guard_active() ? guard_read(p) : off_limits("open", p) ?: guard_read(p);
 	return check("open", p, open_op(flags),
 		     !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL),
-		     flags & O_CREAT);
+		     flags & O_CREAT, later);
 }
 
 static int fopen_flags(const char *mode)
@@ -814,6 +824,8 @@ HIDDEN int pre_remove(int dirfd, const char *path, int flags)
 
 	if (err)
 		return refuse_unjournaled(path, err);
+	if (!(flags & AT_REMOVEDIR) && (err = pend_take_inode(p)))
+		return err;
 	fdcache_forget(p);
 	if (flags & AT_REMOVEDIR || flags == REMOVE_ANY)
 		bump_namespace();
@@ -851,6 +863,8 @@ HIDDEN int pre_rename(int od, const char *o, int nd, const char *n, unsigned fla
 		err = path_abs(to, nd, n);
 	if (err)
 		return refuse_unjournaled(o, err);
+	if ((err = pend_take_inode(to)) || ((flags & RENAME_EXCHANGE) && (err = pend_take_inode(from))))
+		return err;
 	canonical_parent(from);
 	canonical_parent(to);
 	if ((err = off_limits_change("rename", from)) || (err = off_limits_change("rename", to)))
@@ -1030,7 +1044,7 @@ HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow)
 
 	if (err)
 		return refuse_unjournaled(path, err);
-	return check("change", p, op, follow, false);
+	return check("change", p, op, follow, false, NULL);
 }
 
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags)
@@ -1038,6 +1052,36 @@ HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags)
 	if (!path || ((atflags & AT_EMPTY_PATH) && !*path))
 		return pre_fd(dirfd, op);
 	return pre_path(dirfd, path, op, !(atflags & AT_SYMLINK_NOFOLLOW));
+}
+
+/* The first write through FD, whose capture its open put off
+ * (pending.c; ST: its fstat). A file removed since is no longer anyone's
+ * to journal (no link left), or is kept as a pre-image (in objects/, or
+ * another name): the write would change what a rewind puts back, which no
+ * capture at the open saved first. Refused; the shim takes the pre-image
+ * of this process's own pending descriptors before a removal
+ * (pend_take_inode), so only another process's can come here. */
+HIDDEN int pre_fd_pending(int fd, const struct stat *st)
+{
+	char p[PATH_MAX];
+	struct stat ls;
+	size_t n;
+	int err = path_fd(p, fd);
+
+	/* the cached name, unless another process moved or removed the file
+	 * since: then the name the kernel has for it now */
+	if (err || lstat(p, &ls) < 0 || ls.st_dev != st->st_dev || ls.st_ino != st->st_ino)
+		err = path_fd_read(p, fd, true);
+	if (err)                /* no name to journal it under (deeper than PATH_MAX) */
+		return refuse_unjournaled("(descriptor)", err);
+	n = strlen(p);
+	if (kept_inode(p) || (n > 10 && !strcmp(p + n - 10, " (deleted)"))) {
+		if (!st->st_nlink)
+			return 0;
+		shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
+		return EACCES;
+	}
+	return check("change", p, JC_WRITE, false, false, NULL);
 }
 
 HIDDEN int pre_fd(int fd, enum jcap_op op)
@@ -1052,7 +1096,7 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		return kept_change(fd, p);
 	if (n > 10 && !strcmp(p + n - 10, " (deleted)"))
 		return 0;               /* unlinked: nobody's pre-image */
-	return check("change", p, op, false, false);
+	return check("change", p, op, false, false, NULL);
 }
 
 /* P is not NULL, where a header says it may not be (and a program passes

@@ -13,6 +13,7 @@
 #include <linux/openat2.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "shim.h"
@@ -204,7 +205,8 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 		}
 		return fd;
 	}
-	err = pre_open_abs(d, p, f, abs);
+	bool later = false;
+	err = pre_open_abs(d, p, f, abs, &later);
 	if (err) {
 		shim_unlock();
 		hook_refuse(&c, err);
@@ -215,6 +217,14 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 	shim_unlock();
 	/* a carrier's source, or its copy (fetched.c) */
 	if (fd >= 0 && !(f & (O_DIRECTORY | O_PATH)) && (err = fetched_opened(fd, (f & O_ACCMODE) != O_RDONLY))) {
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	/* an in-place write's pre-image waits for the first write (pending.c);
+	 * a read-only descriptor (O_CREAT of a file that was there) never
+	 * changes its file */
+	if (fd >= 0 && later && (f & O_ACCMODE) != O_RDONLY && (err = pend_opened(fd))) {
 		close(fd);
 		errno = err;
 		return -1;
@@ -338,12 +348,24 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_sched_setaffinity: return guard_process((pid_t)a[0], "sched_setaffinity");
 	case SYS_process_vm_writev: return guard_process((pid_t)a[0], "process_vm_writev");
 	case SYS_process_vm_readv: return guard_process((pid_t)a[0], "process_vm_readv");
-	case SYS_pidfd_getfd: return guard_pidfd_getfd(I(0));
 	case SYS_ptrace:     return guard_ptrace(a[0], (pid_t)a[1]);
 	case SYS_connect:    return guard_connect((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_bind:       return pre_bind((const struct sockaddr *)a[1], (socklen_t)a[2]);
 	case SYS_utimensat:  return S(1) ? pre_pathat(I(0), S(1), JC_META, I(3)) : pre_fd(I(0), JC_META);
 	case SYS_io_uring_setup: return no_io_uring();
+	/* through a descriptor whose pre-image waits (pending.c) */
+	case SYS_write:
+	case SYS_pwrite64:
+	case SYS_writev:
+	case SYS_pwritev:
+	case SYS_pwritev2:
+	case SYS_sendfile:   return pend_take(I(0));
+	case SYS_copy_file_range:
+	case SYS_splice:     return pend_take(I(2));
+	case SYS_mmap:       return (a[3] & MAP_ANONYMOUS) || (a[3] & MAP_TYPE) == MAP_PRIVATE ? 0 : pend_take(I(4));
+	case SYS_io_submit:
+	case SYS_sendmsg:
+	case SYS_sendmmsg:   return pend_take_all(false);
 	case SYS_ioctl:      return pre_ioctl(I(0), (unsigned long)a[1], (const void *)a[2]);
 	case SYS_file_setattr: return pre_file_setattr(I(0), S(1), (const void *)a[2], (size_t)a[3], (unsigned)a[4]);
 	}
@@ -373,6 +395,15 @@ EXPORT long syscall(long n, ...)
 	case SYS_close_range:
 		hook_leave(&c);
 		return close_range((unsigned)a[0], (unsigned)a[1], (int)a[2]);
+	case SYS_dup:
+		hook_leave(&c);
+		return dup((int)a[0]);
+	case SYS_pidfd_getfd:   /* judged, and its copy marked: pending.c */
+		hook_leave(&c);
+		return pidfd_getfd((int)a[0], (int)a[1], (unsigned)a[2]);
+	case SYS_fcntl:
+		hook_leave(&c);
+		return fcntl((int)a[0], (int)a[1], (void *)a[2]);
 	case SYS_dup2:
 		hook_leave(&c);
 		return dup2((int)a[0], (int)a[1]);

@@ -301,6 +301,11 @@ static void fdc_write(struct fdc *e, int fd, const struct stat *st, const char *
 	__atomic_store_n(&e->gen, g + 2, __ATOMIC_RELEASE);
 }
 
+HIDDEN bool fdcache_distrusted(void)
+{
+	return __atomic_load_n(&fdc_distrusted, __ATOMIC_ACQUIRE);
+}
+
 HIDDEN void fdcache_put(int fd, const char *p)
 {
 	struct stat st;
@@ -375,12 +380,14 @@ HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX])
 	return known && fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
 }
 
-HIDDEN int path_fd(char out[PATH_MAX], int fd)
+/* FRESH: read the link even where the cache has an entry (another
+ * process may have moved the file since, which no generation here saw). */
+HIDDEN int path_fd_read(char out[PATH_MAX], int fd, bool fresh)
 {
 	char proc[32];
 	ssize_t n;
 
-	if (path_fd_cached(fd, out))
+	if (!fresh && path_fd_cached(fd, out))
 		return 0;
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 	n = readlink(proc, out, PATH_MAX - 1);
@@ -392,6 +399,11 @@ HIDDEN int path_fd(char out[PATH_MAX], int fd)
 	if (__atomic_load_n(&fdc[(unsigned)fd % FDC_N].fd, __ATOMIC_RELAXED) == fd && !txn_vfork_child())
 		fdcache_put(fd, out);   /* its entry was stale: the path as it is now */
 	return 0;
+}
+
+HIDDEN int path_fd(char out[PATH_MAX], int fd)
+{
+	return path_fd_read(out, fd, false);
 }
 
 /* Resolve the directory part of P (which holds "..") through the kernel. */

@@ -12,6 +12,7 @@
 #ifndef FTSBX_SHIM_H
 #define FTSBX_SHIM_H
 
+#include <aio.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <pty.h>
 #include <sched.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <sys/uio.h>
@@ -157,7 +159,7 @@ static inline void hook_refuse(struct hook_ctx *c, int err)
 #define PRE_DONE (-1)
 HIDDEN int pre_open(int dirfd, const char *path, int flags);
 /* The same, leaving the absolute path in ABS ("" when none was made). */
-HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX]);
+HIDDEN int pre_open_abs(int dirfd, const char *path, int flags, char abs[PATH_MAX], bool *later);
 HIDDEN int pre_fopen(int dirfd, const char *path, const char *mode);
 HIDDEN int pre_freopen(const char *path, const char *mode, FILE *f);
 /* pre_remove's flags: AT_REMOVEDIR, 0 (unlink) or REMOVE_ANY (remove()). */
@@ -173,6 +175,7 @@ HIDDEN int pre_symlink(int dirfd, const char *path);
 HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags);
 HIDDEN int pre_fd(int fd, enum jcap_op op);
+HIDDEN int pre_fd_pending(int fd, const struct stat *st);
 HIDDEN int pre_setfl(int fd, int newfl);
 HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg);   /* inode flags */
 HIDDEN int pre_file_setattr(int dirfd, const char *path, const void *attr, size_t size, unsigned atflags);
@@ -185,6 +188,7 @@ HIDDEN int path_abs(char out[PATH_MAX], int dirfd, const char *path);
 /* The same without a copy: *ABS is PATH itself when it is absolute and normal. */
 HIDDEN int path_abs_ref(char out[PATH_MAX], int dirfd, const char *path, const char **abs);
 HIDDEN int path_fd(char out[PATH_MAX], int fd);
+HIDDEN int path_fd_read(char out[PATH_MAX], int fd, bool fresh);
 HIDDEN void cwd_refresh(void);
 HIDDEN const char *cwd_get(void);
 HIDDEN pid_t shim_pid(void);
@@ -197,6 +201,21 @@ HIDDEN void fdcache_distrust(void);
 HIDDEN void cwd_distrust(void);
 HIDDEN void fdcache_syscall(long n, const long a[6]);
 HIDDEN bool path_fd_cached(int fd, char out[PATH_MAX]);
+HIDDEN bool fdcache_distrusted(void);
+
+/* pending.c: descriptors that may write a file in place, whose pre-image
+ * waits for their first write */
+HIDDEN bool pend_any(void);
+HIDDEN bool pend_has_fd(int fd);
+HIDDEN int pend_opened(int fd);
+HIDDEN int pend_take(int fd);
+HIDDEN int pend_take_all(bool inherited);
+HIDDEN int pend_take_inode(const char *path);
+HIDDEN int pend_flush_all(bool inherited);
+HIDDEN void pend_drop(int fd);
+HIDDEN void pend_drop_range(unsigned lo, unsigned hi);
+HIDDEN int pend_dup_before(int from, int to);
+HIDDEN int pend_dup(int from, int to);
 
 /* state.c: the session, this process's segment, the transaction. */
 #define SHIM_SHORT_PATH 160

@@ -692,6 +692,12 @@ EXPORT pid_t fork(void)
 		}
 		return pid;
 	}
+	/* a pending descriptor both sides keep open, and whichever writes
+	 * first takes it: this side, which would not know the other did
+	 * (pending.c), takes it now. Those closed at exec stay pending: a
+	 * child that moves one to 0-2 takes it then. */
+	if (shim_ready && !shim_busy && pend_flush_all(true))
+		return -1;
 	shim_atfork();          /* before glibc takes its atfork lock (state.c) */
 	warm_exec_path();
 	if (!shim_ready || shim_busy || !starter() || !shim.session_open) {
@@ -765,7 +771,9 @@ HIDDEN __attribute__((used)) int txn_vfork_enter(void *ret)
 		vf.ret = ret;
 		return REAL(vfork) ? 0 : 1;     /* resolved: the caller jumps through it */
 	}
-	if (vf.child || shim_busy || !REAL(vfork))
+	/* a child in this memory would write pending descriptors past it
+	 * (pending.c): a fork's has a table of its own */
+	if (vf.child || shim_busy || !REAL(vfork) || pend_any())
 		return 1;
 	shim_busy = true;
 	shim_pid();             /* cached now: the child must not cache its own here */

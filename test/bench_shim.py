@@ -75,7 +75,8 @@ def micro(tmp):
     with open(target, "wb") as f:
         f.write(b"x" * 8192)
     for op, n, label in (("open", 40000, "read-only open+close"), ("stat", 40000, "stat"),
-                         ("read", 40000, "pread 4 KiB"), ("spawn", 60, "exec of /bin/true (posix_spawn+wait)"),
+                         ("read", 40000, "pread 4 KiB"), ("write", 40000, "pwrite 4 KiB (O_RDWR)"),
+                         ("spawn", 60, "exec of /bin/true (posix_spawn+wait)"),
                          ("forkexec", 60, "fork+exec of /bin/true (as a shell runs one)")):
         plain, shim = alternate(op, n, target, lambda r: shim_env(os.path.join(tmp, f"j-{op}-{r}")))
         unit = "us" if op in ("spawn", "forkexec") else "ns"
@@ -258,6 +259,28 @@ def run_true():
     micro_row("ftsbx run -- true (fixed cost of a session)", plain, shim, "ms", 1e-3, "   target 3")
 
 
+def sqlite_select(tmp):
+    """sqlite3 opens its database O_RDWR for every query: a SELECT on a
+    30 MB database, natively and under the shim (the pre-image waits for a
+    first write, which never comes: shim/pending.c), then an UPDATE of one
+    row, which takes it."""
+    if not shutil.which("sqlite3"):
+        print("sqlite3 SELECT: no sqlite3 installed, not measured")
+        return
+    db = os.path.join(tmp, "bench.sqlite")
+    subprocess.run(["sqlite3", db, "create table t(x); insert into t select randomblob(30000) "
+                    "from generate_series(1, 1000)"], check=True, capture_output=True)
+    for label, sql in (("sqlite3 SELECT on a 30 MB database", "select count(*) from t"),
+                       ("sqlite3 UPDATE of one row of it", "update t set x = x where rowid = 1")):
+        plain, shim = [], []
+        for r in range(ROUNDS):
+            j = os.path.join(tmp, f"j-sql{r}")
+            plain.append(run(["sqlite3", db, sql]))
+            shim.append(run(["sqlite3", db, sql], env=shim_env(j)))
+            shutil.rmtree(j, ignore_errors=True)
+        micro_row(label, plain, shim, "ms", 1e-3)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ftsbx-bench-")
     try:
@@ -268,6 +291,7 @@ def main():
         rm_rf(tmp)
         sed_i(tmp)
         make_build(tmp)
+        sqlite_select(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

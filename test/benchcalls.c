@@ -4,7 +4,8 @@
  * nanoseconds per call. OP: open (read-only open+close), stat, read
  * (pread of 4 KiB), spawn (posix_spawn of /bin/true and wait), forkexec
  * (fork, execve of /bin/true in the child, wait: what a shell does for
- * every command).
+ * every command), write (pwrite of 4 KiB through a descriptor opened
+ * O_RDWR: the write family's hook).
  */
 #include <fcntl.h>
 #include <spawn.h>
@@ -36,7 +37,7 @@ int main(int argc, char **argv)
 	int fd = open(path, O_RDONLY);
 
 	if (n <= 0 || fd < 0) {
-		fprintf(stderr, "usage: benchcalls open|stat|read|spawn|forkexec N [PATH]\n");
+		fprintf(stderr, "usage: benchcalls open|stat|read|write|spawn|forkexec N [PATH]\n");
 		return 2;
 	}
 	t0 = now_ns();
@@ -48,6 +49,12 @@ int main(int argc, char **argv)
 			stat(path, &st);
 		} else if (!strcmp(op, "read")) {
 			if (pread(fd, buf, sizeof(buf), 0) < 0)
+				return 1;
+		} else if (!strcmp(op, "write")) {
+			static int wfd = -1;
+			if (wfd < 0 && (wfd = open(path, O_RDWR)) < 0)
+				return 1;
+			if (pwrite(wfd, buf, sizeof(buf), 0) < 0)
 				return 1;
 		} else if (!strcmp(op, "spawn")) {
 			char *av[] = { "/bin/true", NULL };

@@ -1,0 +1,422 @@
+/*
+ * pending.c - an in-place write's pre-image, taken at the first write.
+ *
+ * An open that may write a file in place (O_RDWR or O_WRONLY, neither
+ * O_TRUNC nor a write-only O_APPEND) needs the whole file as its pre-image,
+ * and most such opens write nothing: sqlite opens its database O_RDWR for
+ * every SELECT, flock(1) and lockfile users open to lock, editors and
+ * package tools open to read a header. The open is judged as before (the
+ * policy's verdict cannot wait), but the capture waits: the descriptor is
+ * marked pending here, and the first call that can change the file through
+ * it takes the pre-image, in the transaction it runs in. A pending file that
+ * is never written costs an fstat.
+ *
+ * What writes through a descriptor, and so takes the pre-image first:
+ * write, pwrite, writev, pwritev(2), sendfile, splice, copy_file_range,
+ * a shared mapping (mmap MAP_SHARED: mprotect can make one writable
+ * later), ftruncate and fallocate (hooks.def), FICLONE into it (ioctl),
+ * POSIX AIO, and syscall() of each; io_submit takes every pending file. The
+ * C library writes some descriptors past every hook (stdio's internal
+ * write): a stream made on one (fdopen for writing, dprintf) takes it first,
+ * and a pending descriptor that becomes 1 or 2 (stdout's, stderr's) is
+ * taken at once. A descriptor may leave this memory: one sent in SCM_RIGHTS, and
+ * those a program starts with (exec keeps the ones without FD_CLOEXEC;
+ * posix_spawn's file actions, and vfork's child, can keep any) are taken
+ * before; a vfork becomes a fork while any is pending, so that the child
+ * has a table of its own. A descriptor above PEND_N, or opened where this
+ * memory cannot follow it (a vfork child, a table shared with another
+ * memory), is taken at the open, as every one was before.
+ *
+ * Each entry keeps the file's device and inode: a descriptor closed past
+ * the hooks and reused for another file is found out by an fstat, and
+ * forgotten. A capture that fails (the journal cannot be written) refuses
+ * the write, and the descriptor stays pending.
+ */
+#include <aio.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include "shim.h"
+
+#define PEND_N 1024
+
+/* The marks, a bit per descriptor: every write looks at one word, on the
+ * page of small variables every process touches anyway. Each mark's file,
+ * looked at only by a capture, is among the large arrays (layout.ld). */
+static uint64_t pend_bits[PEND_N / 64];
+static struct { dev_t dev; ino_t ino; } pend_id[PEND_N];
+static unsigned pend_n;         /* how many are marked */
+static unsigned pend_hi;        /* no fd at or above it is marked */
+
+static inline bool pend_has(int fd)
+{
+	return (unsigned)fd < PEND_N && (__atomic_load_n(&pend_bits[(unsigned)fd / 64], __ATOMIC_ACQUIRE) >>
+					 ((unsigned)fd % 64)) & 1;
+}
+
+/* A descriptor that can stay pending: not stdout's or stderr's (their
+ * streams write past the hooks), not above the table. */
+static bool pend_markable(int fd)
+{
+	return (fd == 0 || fd > 2) && fd < PEND_N;
+}
+
+HIDDEN bool pend_has_fd(int fd)
+{
+	return pend_has(fd);
+}
+
+HIDDEN bool pend_any(void)
+{
+	return __atomic_load_n(&pend_n, __ATOMIC_ACQUIRE) != 0;
+}
+
+static inline uint64_t bit(int fd)
+{
+	return 1ull << ((unsigned)fd % 64);
+}
+
+static void pend_set(int fd, dev_t dev, ino_t ino)
+{
+	unsigned hi = __atomic_load_n(&pend_hi, __ATOMIC_RELAXED);
+
+	pend_id[fd].dev = dev;
+	pend_id[fd].ino = ino;
+	while ((unsigned)fd >= hi &&
+	       !__atomic_compare_exchange_n(&pend_hi, &hi, (unsigned)fd + 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	if (!(__atomic_fetch_or(&pend_bits[fd / 64], bit(fd), __ATOMIC_ACQ_REL) & bit(fd)))
+		__atomic_add_fetch(&pend_n, 1, __ATOMIC_RELEASE);
+}
+
+static void pend_clear(int fd)
+{
+	if (__atomic_fetch_and(&pend_bits[fd / 64], ~bit(fd), __ATOMIC_ACQ_REL) & bit(fd))
+		__atomic_sub_fetch(&pend_n, 1, __ATOMIC_RELEASE);
+}
+
+/* FD is closed or replaced (after the call did it). Not where another
+ * table shares this memory (a vfork child; a clone or thread with a table
+ * of its own, for which the descriptor cache is distrusted): the number
+ * may be open there still. A mark left behind is found out by its fstat. */
+HIDDEN void pend_drop(int fd)
+{
+	if (pend_has(fd) && !txn_vfork_child() && !fdcache_distrusted())
+		pend_clear(fd);
+}
+
+HIDDEN void pend_drop_range(unsigned lo, unsigned hi)
+{
+	unsigned top = __atomic_load_n(&pend_hi, __ATOMIC_ACQUIRE);
+
+	if (!pend_any() || txn_vfork_child() || fdcache_distrusted())
+		return;
+	for (unsigned fd = lo; fd <= hi && fd < top; fd++)
+		if (pend_has((int)fd))
+			pend_clear((int)fd);
+}
+
+/* Inside a hook: take FD's pre-image if it is pending. 0, or the errno
+ * that refuses the write (FD stays pending). The path locks the capture
+ * took stay held for the caller's real call (shim_unlock after). */
+HIDDEN int pend_take(int fd)
+{
+	struct stat st;
+	int err;
+
+	if (!pend_has(fd) || txn_vfork_child())
+		return 0;
+	if (fstat(fd, &st) < 0 || st.st_dev != pend_id[fd].dev || st.st_ino != pend_id[fd].ino) {
+		pend_clear(fd);         /* closed past the hooks: another file now */
+		return 0;
+	}
+	err = pre_fd_pending(fd, &st);
+	if (!err)
+		pend_clear(fd);
+	return err;
+}
+
+/* Inside a hook, before PATH is removed or replaced: this process's
+ * pending descriptors of its file are taken while it still has its name
+ * (the removal may keep the inode itself as its pre-image, which a write
+ * through them would then change). 0 or the errno of a refusal. */
+HIDDEN int pend_take_inode(const char *path)
+{
+	unsigned top = __atomic_load_n(&pend_hi, __ATOMIC_ACQUIRE);
+	struct stat st;
+	int err = 0;
+
+	if (!pend_any() || txn_vfork_child() || lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+		return 0;
+	for (unsigned fd = 0; fd < top && !err; fd++)
+		if (pend_has((int)fd) && pend_id[fd].dev == st.st_dev && pend_id[fd].ino == st.st_ino) {
+			err = pend_take((int)fd);
+			shim_unlock();
+		}
+	return err;
+}
+
+/* Inside a hook: take every pending descriptor, or (INHERITED) those an
+ * exec keeps. 0 or the first errno; the locks are released. */
+HIDDEN int pend_take_all(bool inherited)
+{
+	unsigned top = __atomic_load_n(&pend_hi, __ATOMIC_ACQUIRE);
+	int err = 0;
+
+	for (unsigned fd = 0; fd < top && pend_any() && !err; fd++) {
+		if (!pend_has((int)fd))
+			continue;
+		if (inherited) {
+			int fl = fcntl((int)fd, F_GETFD);
+			if (fl >= 0 && (fl & FD_CLOEXEC))
+				continue;
+		}
+		err = pend_take((int)fd);
+		shim_unlock();
+	}
+	return err;
+}
+
+/* Outside a hook: pend_take_all's answer, said and refused as a hook
+ * refuses (errno set), or 0. */
+HIDDEN int pend_flush_all(bool inherited)
+{
+	struct hook_ctx c;
+	int err;
+
+	if (!pend_any() || !hook_enter(&c))
+		return 0;
+	if ((err = pend_take_all(inherited))) {
+		hook_refuse(&c, err);
+		return err;
+	}
+	hook_leave(&c);
+	return 0;
+}
+
+/* Before a call that writes through FD: 0 (go on; shim_unlock after the
+ * real call), or -1 with errno set (refused, said). */
+static int pend_before(int fd)
+{
+	struct hook_ctx c;
+	int err;
+
+	if (!hook_enter(&c))
+		return 0;
+	if ((err = pend_take(fd))) {
+		shim_unlock();
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	return 0;
+}
+
+/* The open hook's: FD was opened to write in place and its capture put
+ * off. Marked, or taken now where it cannot wait. 0, or the errno that
+ * refuses the open (the caller closes FD). */
+HIDDEN int pend_opened(int fd)
+{
+	struct hook_ctx c;
+	struct stat st;
+	int err;
+
+	if (pend_markable(fd) && !txn_vfork_child() && !fdcache_distrusted() && fstat(fd, &st) == 0 &&
+	    S_ISREG(st.st_mode)) {
+		pend_set(fd, st.st_dev, st.st_ino);
+		return 0;
+	}
+	if (!hook_enter(&c))
+		return 0;
+	err = pre_fd(fd, JC_WRITE);
+	shim_unlock();
+	if (err) {
+		hook_refuse(&c, err);
+		return err;
+	}
+	hook_leave(&c);
+	return 0;
+}
+
+/* Before dup2 or dup3 of FROM onto TO: a pending FROM that becomes 1 or 2
+ * (stdout's and stderr's streams write past the hooks; stdin's only
+ * reads), or a number above the table, is taken now. 0, or -1 with errno
+ * set (refused, said). */
+HIDDEN int pend_dup_before(int from, int to)
+{
+	if (!pend_has(from) || txn_vfork_child() || from == to || pend_markable(to))
+		return 0;
+	if (pend_before(from) < 0)
+		return -1;
+	shim_unlock();
+	return 0;
+}
+
+/* After a dup of FROM onto TO (dup, dup2, dup3, F_DUPFD): TO is pending as
+ * FROM is, or, where it cannot be (1, 2, above the table: dup and F_DUPFD
+ * say where only now), FROM is taken. 0, or -1 with errno set and TO
+ * closed again (refused, said). */
+HIDDEN int pend_dup(int from, int to)
+{
+	if (txn_vfork_child() || from == to || to < 0)
+		return 0;
+	pend_drop(to);
+	if (!pend_has(from))
+		return 0;
+	if (pend_markable(to)) {
+		pend_set(to, pend_id[from].dev, pend_id[from].ino);
+		return 0;
+	}
+	if (pend_before(from) < 0) {
+		int e = errno;
+		REAL(close)(to);
+		errno = e;
+		return -1;
+	}
+	shim_unlock();
+	return 0;
+}
+
+/* ---- the calls that write through a descriptor ---------------------------- */
+
+/* The path locks the capture took are held across the real call, as for
+ * every change (shim.h), except by calls that may wait on their input (a
+ * pipe's, a socket's): a writer of that input may need the same locks. */
+#define WRITES_(ret, name, params, args, fd, cond, fail, hold)   \
+	HOT EXPORT ret name params                               \
+	{                                                        \
+		if (__builtin_expect(pend_has(fd), 0) && (cond)) {     \
+			ret r;                                   \
+			if (pend_before(fd) < 0)                 \
+				return fail;                     \
+			if (!(hold))                             \
+				shim_unlock();                   \
+			r = REAL(name) args;                     \
+			shim_unlock();                           \
+			return r;                                \
+		}                                                \
+		return REAL(name) args;                          \
+	}
+#define WRITES(ret, name, params, args, fd, cond, fail) WRITES_(ret, name, params, args, fd, cond, fail, true)
+#define WRITES_WAITING(ret, name, params, args, fd, fail) WRITES_(ret, name, params, args, fd, true, fail, false)
+
+WRITES(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd, true, -1)
+WRITES(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd, true, -1)
+WRITES(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd, true, -1)
+WRITES(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd, true, -1)
+WRITES(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd, true, -1)
+WRITES(ssize_t, pwritev64, (int fd, const struct iovec *v, int n, off64_t o), (fd, v, n, o), fd, true, -1)
+WRITES_WAITING(ssize_t, sendfile, (int out, int in, off_t *o, size_t n), (out, in, o, n), out, -1)
+WRITES_WAITING(ssize_t, sendfile64, (int out, int in, off64_t *o, size_t n), (out, in, o, n), out, -1)
+WRITES(ssize_t, copy_file_range, (int in, off64_t *oi, int out, off64_t *oo, size_t n, unsigned fl),
+       (in, oi, out, oo, n, fl), out, true, -1)
+WRITES_WAITING(ssize_t, splice, (int in, off64_t *oi, int out, off64_t *oo, size_t n, unsigned fl),
+	       (in, oi, out, oo, n, fl), out, -1)
+/* a shared mapping of a file (MAP_SHARED, MAP_SHARED_VALIDATE): writable
+ * now, or after an mprotect */
+#define SHARED_FILE(f) (!((f) & MAP_ANONYMOUS) && ((f) & MAP_TYPE) != MAP_PRIVATE)
+WRITES(void *, mmap, (void *a, size_t n, int p, int f, int fd, off_t o), (a, n, p, f, fd, o), fd,
+       SHARED_FILE(f), MAP_FAILED)
+WRITES(void *, mmap64, (void *a, size_t n, int p, int f, int fd, off64_t o), (a, n, p, f, fd, o), fd,
+       SHARED_FILE(f), MAP_FAILED)
+/* a stream that writes ("w", "a", "r+"): stdio writes past the hooks */
+WRITES(FILE *, fdopen, (int fd, const char *m), (fd, m), fd, !m || strpbrk(m, "wa+"), NULL)
+WRITES(int, vdprintf, (int fd, const char *fmt, va_list ap), (fd, fmt, ap), fd, true, -1)
+WRITES(int, __vdprintf_chk, (int fd, int fl, const char *fmt, va_list ap), (fd, fl, fmt, ap), fd, true, -1)
+WRITES(int, aio_write, (struct aiocb *cb), (cb), cb->aio_fildes, true, -1)
+WRITES(int, aio_write64, (struct aiocb64 *cb), (cb), cb->aio_fildes, true, -1)
+
+/* A copy of another process's descriptor (pidfd_getfd, judged by the
+ * guard): whether it was pending there is that process's to know, so one
+ * that can write a regular file in place is pending here too, and its
+ * first write takes it (once more, at worst). */
+EXPORT int pidfd_getfd(int pidfd, int fd, unsigned fl)
+{
+	struct hook_ctx c;
+	struct stat st;
+	int err, r, mode;
+
+	if (!hook_enter(&c))
+		return REAL(pidfd_getfd)(pidfd, fd, fl);
+	if ((err = guard_pidfd_getfd(pidfd))) {
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	r = REAL(pidfd_getfd)(pidfd, fd, fl);
+	if (r < 0 || (mode = fcntl(r, F_GETFL)) < 0 || (mode & O_ACCMODE) == O_RDONLY ||
+	    ((mode & O_APPEND) && (mode & O_ACCMODE) == O_WRONLY) || fstat(r, &st) < 0 || !S_ISREG(st.st_mode))
+		return r;
+	if ((err = pend_opened(r))) {
+		REAL(close)(r);
+		errno = err;
+		return -1;
+	}
+	return r;
+}
+
+/* glibc's other exported names of the same, and a writer inside it */
+EXPORT ssize_t __write(int fd, const void *b, size_t n) { return write(fd, b, n); }
+EXPORT ssize_t __pwrite64(int fd, const void *b, size_t n, off64_t o) { return pwrite64(fd, b, n, o); }
+EXPORT FILE *_IO_fdopen(int fd, const char *m) { return fdopen(fd, m); }
+EXPORT void backtrace_symbols_fd(void *const *a, int n, int fd)
+{
+	if (pend_has(fd) && pend_before(fd) < 0)
+		return;
+	REAL(backtrace_symbols_fd)(a, n, fd);
+	shim_unlock();
+}
+
+EXPORT int dprintf(int fd, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = vdprintf(fd, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+EXPORT int __dprintf_chk(int fd, int fl, const char *fmt, ...)
+{
+	va_list ap;
+	int r;
+
+	va_start(ap, fmt);
+	r = __vdprintf_chk(fd, fl, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+/* lio_listio: each LIO_WRITE's descriptor */
+#define LIO_HOOK(name, cbtype)                                                             \
+	EXPORT int name(int mode, cbtype *const list[], int n, struct sigevent *sig)         \
+	{                                                                                 \
+		if (pend_any())                                                           \
+			for (int i = 0; i < n; i++)                                       \
+				if (list[i] && list[i]->aio_lio_opcode == LIO_WRITE &&     \
+				    pend_has(list[i]->aio_fildes) &&                      \
+				    (pend_before(list[i]->aio_fildes) < 0 || (shim_unlock(), 0))) \
+					return -1;                                        \
+		return REAL(name)(mode, list, n, sig);                                    \
+	}
+LIO_HOOK(lio_listio, struct aiocb)
+LIO_HOOK(lio_listio64, struct aiocb64)
+
+/* A descriptor sent to another process (SCM_RIGHTS) leaves this memory:
+ * every pending one is taken first (a message with control data). */
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int fl)
+{
+	if (__builtin_expect(pend_any(), 0) && m && m->msg_controllen && pend_flush_all(false))
+		return -1;
+	return REAL(sendmsg)(fd, m, fl);
+}
+
+EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int fl)
+{
+	if (__builtin_expect(pend_any(), 0) && pend_flush_all(false))
+		return -1;
+	return REAL(sendmmsg)(fd, v, n, fl);
+}
