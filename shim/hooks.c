@@ -1065,7 +1065,6 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
 {
 	char p[PATH_MAX];
 	struct stat ls;
-	size_t n;
 	int err = path_fd(p, fd);
 
 	/* the cached name, unless another process moved or removed the file
@@ -1074,7 +1073,15 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
 		err = path_fd_read(p, fd, true);
 	if (err)                /* no name to journal it under (deeper than PATH_MAX) */
 		return refuse_unjournaled("(descriptor)", err);
-	n = strlen(p);
+	return pre_pending_at(p, st);
+}
+
+/* The same for the file P names as the kernel has it (a descriptor's or
+ * a mapping's link in /proc), whose inode is ST's. */
+HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st)
+{
+	size_t n = strlen(p);
+
 	if (kept_inode(p) || (n > 10 && !strcmp(p + n - 10, " (deleted)"))) {
 		if (!st->st_nlink)
 			return 0;

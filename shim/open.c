@@ -362,7 +362,10 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_sendfile:   return pend_take(I(0));
 	case SYS_copy_file_range:
 	case SYS_splice:     return pend_take(I(2));
-	case SYS_mmap:       return (a[3] & MAP_ANONYMOUS) || (a[3] & MAP_TYPE) == MAP_PRIVATE ? 0 : pend_take(I(4));
+	case SYS_mmap:
+	case SYS_mprotect:
+	case SYS_pkey_mprotect:
+	case SYS_mremap:     return mapped_syscall(n, a);
 	case SYS_io_submit:
 	case SYS_sendmsg:
 	case SYS_sendmmsg:   return pend_take_all(false);

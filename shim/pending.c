@@ -13,8 +13,8 @@
  *
  * What writes through a descriptor, and so takes the pre-image first:
  * write, pwrite, writev, pwritev(2), sendfile, splice, copy_file_range,
- * a shared mapping (mmap MAP_SHARED: mprotect can make one writable
- * later), ftruncate and fallocate (hooks.def), FICLONE into it (ioctl),
+ * a writable shared mapping (mapped.c: a read-only one when mprotect
+ * makes it writable), ftruncate and fallocate (hooks.def), FICLONE into it (ioctl),
  * POSIX AIO, and syscall() of each; io_submit takes every pending file. The
  * C library writes some descriptors past every hook (stdio's internal
  * write): a stream made on one (fdopen for writing, dprintf) takes it first,
@@ -132,9 +132,38 @@ HIDDEN int pend_take(int fd)
 		return 0;
 	}
 	err = pre_fd_pending(fd, &st);
-	if (!err)
+	if (!err) {
 		pend_clear(fd);
+		mapped_forget(st.st_dev, st.st_ino);    /* its mappings need nothing more */
+	}
 	return err;
+}
+
+/* Inside a hook: take this process's pending descriptors of the file
+ * DEV:INO. 0 (none, or taken) or the errno of a refusal; *FOUND: one was. */
+HIDDEN int pend_take_id(dev_t dev, ino_t ino, bool *found)
+{
+	unsigned top = __atomic_load_n(&pend_hi, __ATOMIC_ACQUIRE);
+	int err = 0;
+
+	*found = false;
+	for (unsigned fd = 0; fd < top && !err && pend_any(); fd++)
+		if (pend_has((int)fd) && pend_id[fd].dev == dev && pend_id[fd].ino == ino) {
+			*found = true;
+			err = pend_take((int)fd);
+			shim_unlock();
+		}
+	return err;
+}
+
+/* FD's file, marked pending (mapped.c's read-only mappings) */
+HIDDEN bool pend_id_of(int fd, dev_t *dev, ino_t *ino)
+{
+	if (!pend_has(fd))
+		return false;
+	*dev = pend_id[fd].dev;
+	*ino = pend_id[fd].ino;
+	return true;
 }
 
 /* Inside a hook, before PATH is removed or replaced: this process's
@@ -143,18 +172,12 @@ HIDDEN int pend_take(int fd)
  * through them would then change). 0 or the errno of a refusal. */
 HIDDEN int pend_take_inode(const char *path)
 {
-	unsigned top = __atomic_load_n(&pend_hi, __ATOMIC_ACQUIRE);
 	struct stat st;
-	int err = 0;
+	bool found;
 
 	if (!pend_any() || txn_vfork_child() || lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
 		return 0;
-	for (unsigned fd = 0; fd < top && !err; fd++)
-		if (pend_has((int)fd) && pend_id[fd].dev == st.st_dev && pend_id[fd].ino == st.st_ino) {
-			err = pend_take((int)fd);
-			shim_unlock();
-		}
-	return err;
+	return pend_take_id(st.st_dev, st.st_ino, &found);
 }
 
 /* Inside a hook: take every pending descriptor, or (INHERITED) those an
@@ -197,7 +220,7 @@ HIDDEN int pend_flush_all(bool inherited)
 
 /* Before a call that writes through FD: 0 (go on; shim_unlock after the
  * real call), or -1 with errno set (refused, said). */
-static int pend_before(int fd)
+HIDDEN int pend_before(int fd)
 {
 	struct hook_ctx c;
 	int err;
@@ -313,13 +336,6 @@ WRITES(ssize_t, copy_file_range, (int in, off64_t *oi, int out, off64_t *oo, siz
        (in, oi, out, oo, n, fl), out, true, -1)
 WRITES_WAITING(ssize_t, splice, (int in, off64_t *oi, int out, off64_t *oo, size_t n, unsigned fl),
 	       (in, oi, out, oo, n, fl), out, -1)
-/* a shared mapping of a file (MAP_SHARED, MAP_SHARED_VALIDATE): writable
- * now, or after an mprotect */
-#define SHARED_FILE(f) (!((f) & MAP_ANONYMOUS) && ((f) & MAP_TYPE) != MAP_PRIVATE)
-WRITES(void *, mmap, (void *a, size_t n, int p, int f, int fd, off_t o), (a, n, p, f, fd, o), fd,
-       SHARED_FILE(f), MAP_FAILED)
-WRITES(void *, mmap64, (void *a, size_t n, int p, int f, int fd, off64_t o), (a, n, p, f, fd, o), fd,
-       SHARED_FILE(f), MAP_FAILED)
 /* a stream that writes ("w", "a", "r+"): stdio writes past the hooks */
 WRITES(FILE *, fdopen, (int fd, const char *m), (fd, m), fd, !m || strpbrk(m, "wa+"), NULL)
 WRITES(int, vdprintf, (int fd, const char *fmt, va_list ap), (fd, fmt, ap), fd, true, -1)

@@ -176,6 +176,7 @@ HIDDEN int pre_path(int dirfd, const char *path, enum jcap_op op, int follow);
 HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags);
 HIDDEN int pre_fd(int fd, enum jcap_op op);
 HIDDEN int pre_fd_pending(int fd, const struct stat *st);
+HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st);
 HIDDEN int pre_setfl(int fd, int newfl);
 HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg);   /* inode flags */
 HIDDEN int pre_file_setattr(int dirfd, const char *path, const void *attr, size_t size, unsigned atflags);
@@ -211,6 +212,15 @@ HIDDEN int pend_opened(int fd);
 HIDDEN int pend_take(int fd);
 HIDDEN int pend_take_all(bool inherited);
 HIDDEN int pend_take_inode(const char *path);
+HIDDEN int pend_take_id(dev_t dev, ino_t ino, bool *found);
+/* before a call that writes through FD: 0 (shim_unlock after the real
+ * call) or -1 with errno set (refused, said) */
+HIDDEN int pend_before(int fd);
+HIDDEN bool pend_id_of(int fd, dev_t *dev, ino_t *ino);
+/* mapped.c: read-only shared mappings of pending files */
+HIDDEN void mapped_forget(dev_t dev, ino_t ino);
+extern HIDDEN int mapped_lock_word;
+HIDDEN int mapped_syscall(long n, const long a[6]);
 HIDDEN int pend_flush_all(bool inherited);
 HIDDEN void pend_drop(int fd);
 HIDDEN void pend_drop_range(unsigned lo, unsigned hi);

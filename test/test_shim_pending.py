@@ -30,7 +30,8 @@ def content_records(sh):
     return [line.split(b" content ", 1)[1].split(b"  ")[0] for line in log if b" content " in line]
 
 
-C_WAYS = ["stdio", "_IO_fdopen", "dprintf", "stdout", "dupfd_onto_stdout", "aio", "lio", "mmap", "syscall",
+C_WAYS = ["stdio", "_IO_fdopen", "dprintf", "stdout", "dupfd_onto_stdout", "aio", "lio", "mmap", "mmap_closed",
+          "mmap_moved", "syscall",
           "__write", "__pwrite64", "backtrace", "dup2_self", "failed_dups", "failed_close_range", "fcloseall",
           "syscall_dup", "syscall_fcntl", "__fcntl", "pidfd_getfd", "clone_vm_close", "thread_unshare_close",
           "_IO_popen", "splice_wait"]
@@ -148,6 +149,11 @@ READ_ONLY = {
     # bash's <> opens O_RDWR; builtins read fd 0 (stdin is no stdio writer)
     "bash_readwrite_redirection": b"{ read -N 4 x; } <>big.bin; exec 3<>src/mid.bin; read -N 4 x <&3",
     "sqlite_select": b"sqlite3 db.sqlite 'select count(*) from t' >/dev/null",
+    # read-only shared mappings of a read-write descriptor (shim/mapped.c)
+    "sqlite_select_mmap": b"sqlite3 db.sqlite 'pragma mmap_size = 1000000; select count(*) from t' >/dev/null",
+    "python_mmap_access_read": b"%s -c 'import mmap; f = open(\"big.bin\", \"r+b\"); "
+                               b"m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ); m[:10]; f.close(); m.close()'"
+                               % PYB,
     "flock": b"flock big.bin true",
 }
 

@@ -147,6 +147,18 @@ static int way_of(const char *way)
 		memcpy(m, word, N);
 		if (msync(m, N, MS_SYNC) || munmap(m, N))
 			return fail("msync");
+	} else if (!strcmp(way, "mmap_closed") || !strcmp(way, "mmap_moved")) {
+		/* the descriptor closed, the mapping moved: found by its own name */
+		char *m = mmap(NULL, N, PROT_READ, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED || close(fd))
+			return fail("mmap");
+		if (way[5] == 'm' && (m = mremap(m, N, 2 * N, MREMAP_MAYMOVE)) == MAP_FAILED)
+			return fail("mremap");
+		if (mprotect(m, N, PROT_READ | PROT_WRITE))
+			return errno == EACCES ? 3 : fail("mprotect");
+		memcpy(m, word, N);
+		if (msync(m, N, MS_SYNC))
+			return fail("msync");
 	} else if (!strcmp(way, "syscall")) {
 		if (syscall(SYS_write, fd, word, N) != (long)N)
 			return fail("syscall");
