@@ -51,7 +51,10 @@ extern char hook_sym___close __asm__("__close"), hook_sym___dup2 __asm__("__dup2
 	hook_sym__IO_fclose __asm__("_IO_fclose"), hook_sym___clone __asm__("__clone"),
 	hook_sym___vfork __asm__("__vfork"), hook_sym___fcntl __asm__("__fcntl"),
 	hook_sym___write __asm__("__write"), hook_sym___pwrite64 __asm__("__pwrite64"),
-	hook_sym__IO_fdopen __asm__("_IO_fdopen"), hook_sym__IO_popen __asm__("_IO_popen");
+	hook_sym__IO_fdopen __asm__("_IO_fdopen"), hook_sym__IO_popen __asm__("_IO_popen"),
+	hook_sym___libc_pwrite __asm__("__libc_pwrite"), hook_sym___write_nocancel __asm__("__write_nocancel"),
+	hook_sym___mmap __asm__("__mmap"), hook_sym___mprotect __asm__("__mprotect"),
+	hook_sym___munmap __asm__("__munmap"), hook_sym___madvise __asm__("__madvise");
 
 struct named { const char *name; void *fn; };
 static const struct named table[] = {
@@ -64,6 +67,9 @@ static const struct named table[] = {
 	{ "__clone", &hook_sym___clone }, { "__vfork", &hook_sym___vfork }, { "__fcntl", &hook_sym___fcntl },
 	{ "__write", &hook_sym___write }, { "__pwrite64", &hook_sym___pwrite64 },
 	{ "_IO_fdopen", &hook_sym__IO_fdopen }, { "_IO_popen", &hook_sym__IO_popen },
+	{ "__libc_pwrite", &hook_sym___libc_pwrite }, { "__write_nocancel", &hook_sym___write_nocancel },
+	{ "__mmap", &hook_sym___mmap }, { "__mprotect", &hook_sym___mprotect }, { "__munmap", &hook_sym___munmap },
+	{ "__madvise", &hook_sym___madvise },
 };
 #define NTABLE (sizeof(table) / sizeof(table[0]))
 /* TABLE's indices in name order (in .bss: the one page of data every

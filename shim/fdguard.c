@@ -431,7 +431,8 @@ EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_end(ap);
 	shim_ensure();
 	if ((req & 0xff00ul) != 0x6600ul && (req & 0xff00ul) != 0x5800ul &&  /* neither an 'f' nor an 'X' */
-	    (req & 0xff00ul) != 0x9400ul)      /* nor a clone into FD (FICLONE) */
+	    (req & 0xff00ul) != 0x9400ul &&    /* nor a clone into FD (FICLONE) */
+	    (req & 0xff00ul) != 0xaa00ul)      /* nor a userfaultfd's (mapped.c) */
 		return REAL(ioctl)(fd, req, arg);
 	if (!hook_enter(&c))
 		return REAL(ioctl)(fd, req, arg);

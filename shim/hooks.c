@@ -700,6 +700,7 @@ HIDDEN int pre_setfl(int fd, int newfl)
 #define FS_IOC_FSGETXATTR_ 0x801c581fu
 #define FICLONE_           0x40049409u          /* _IOW(0x94, 9, int) */
 #define FICLONERANGE_      0x4020940du          /* _IOW(0x94, 13, struct file_clone_range) */
+#define UFFDIO_REGISTER_   0xc020aa00u          /* _IOWR(0xAA, 0x00, struct uffdio_register) */
 HIDDEN bool inode_flags_request(unsigned long req)
 {
 	uint32_t r = (uint32_t)req;
@@ -732,6 +733,12 @@ HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg)
 
 	if ((uint32_t)req == FICLONE_ || (uint32_t)req == FICLONERANGE_)
 		return pend_take(fd);   /* bytes cloned into FD's file */
+	if ((uint32_t)req == UFFDIO_REGISTER_) {
+		/* struct uffdio_register: { u64 start, len } range, ... (mapped.c) */
+		uint64_t range[2];
+		return mapped_any() && user_bytes(arg, range, sizeof(range)) ?
+		       mapped_take_range((uintptr_t)range[0], (size_t)range[1]) : 0;
+	}
 	if (!inode_flags_request(req))
 		return 0;
 	if ((uint32_t)req == FS_IOC_FSSETXATTR_)

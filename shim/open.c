@@ -365,7 +365,9 @@ static int pre_syscall(long n, const long a[6])
 	case SYS_mmap:
 	case SYS_mprotect:
 	case SYS_pkey_mprotect:
-	case SYS_mremap:     return mapped_syscall(n, a);
+	case SYS_mremap:
+	case SYS_madvise:
+	case SYS_process_madvise: return mapped_syscall(n, a);
 	case SYS_io_submit:
 	case SYS_sendmsg:
 	case SYS_sendmmsg:   return pend_take_all(false);

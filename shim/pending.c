@@ -375,6 +375,8 @@ EXPORT int pidfd_getfd(int pidfd, int fd, unsigned fl)
 /* glibc's other exported names of the same, and a writer inside it */
 EXPORT ssize_t __write(int fd, const void *b, size_t n) { return write(fd, b, n); }
 EXPORT ssize_t __pwrite64(int fd, const void *b, size_t n, off64_t o) { return pwrite64(fd, b, n, o); }
+EXPORT ssize_t __libc_pwrite(int fd, const void *b, size_t n, off_t o) { return pwrite(fd, b, n, o); }
+EXPORT ssize_t __write_nocancel(int fd, const void *b, size_t n) { return write(fd, b, n); }
 EXPORT FILE *_IO_fdopen(int fd, const char *m) { return fdopen(fd, m); }
 EXPORT void backtrace_symbols_fd(void *const *a, int n, int fd)
 {

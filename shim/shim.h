@@ -221,6 +221,8 @@ HIDDEN bool pend_id_of(int fd, dev_t *dev, ino_t *ino);
 HIDDEN void mapped_forget(dev_t dev, ino_t ino);
 extern HIDDEN int mapped_lock_word;
 HIDDEN int mapped_syscall(long n, const long a[6]);
+HIDDEN bool mapped_any(void);
+HIDDEN int mapped_take_range(uintptr_t lo, size_t n);
 HIDDEN int pend_flush_all(bool inherited);
 HIDDEN void pend_drop(int fd);
 HIDDEN void pend_drop_range(unsigned lo, unsigned hi);

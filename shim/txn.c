@@ -773,7 +773,7 @@ HIDDEN __attribute__((used)) int txn_vfork_enter(void *ret)
 	}
 	/* a child in this memory would write pending descriptors past it
 	 * (pending.c): a fork's has a table of its own */
-	if (vf.child || shim_busy || !REAL(vfork) || pend_any())
+	if (vf.child || shim_busy || !REAL(vfork) || pend_any() || mapped_any())
 		return 1;
 	shim_busy = true;
 	shim_pid();             /* cached now: the child must not cache its own here */

@@ -271,7 +271,7 @@ def sqlite_select(tmp):
     subprocess.run(["sqlite3", db, "create table t(x); insert into t select randomblob(30000) "
                     "from generate_series(1, 1000)"], check=True, capture_output=True)
     for label, sql in (("sqlite3 SELECT on a 30 MB database", "select count(*) from t"),
-                       ("sqlite3 UPDATE of one row of it", "update t set x = x where rowid = 1")):
+                       ("sqlite3 UPDATE of one row of it", "update t set x = randomblob(30000) where rowid = 1")):
         plain, shim = [], []
         for r in range(ROUNDS):
             j = os.path.join(tmp, f"j-sql{r}")

@@ -14,7 +14,8 @@
  * writes "PENDING" at offset 0 of FILE (or where WAY says). Ways starting
  * "cx-" open FILE O_CLOEXEC and let another program move it first: they
  * exit 3 when the write is refused (EACCES). "read" only reads. Exit
- * status 0, 1 with a message, 2 bad usage, 3 refused.
+ * status 0, 1 with a message, 2 bad usage, 3 refused, 4 the kernel does
+ * not do it here (madvise_remove).
  */
 #include <aio.h>
 #include <errno.h>
@@ -159,6 +160,26 @@ static int way_of(const char *way)
 		memcpy(m, word, N);
 		if (msync(m, N, MS_SYNC))
 			return fail("msync");
+	} else if (!strcmp(way, "mremap_copy")) {   /* old size 0: a second mapping of the same pages */
+		char *m = mmap(NULL, N, PROT_READ, MAP_SHARED, fd, 0), *d;
+		if (m == MAP_FAILED || (d = mremap(m, 0, N, MREMAP_MAYMOVE)) == MAP_FAILED)
+			return fail("mremap");
+		if (mprotect(d, N, PROT_READ | PROT_WRITE))
+			return fail("mprotect");
+		memcpy(d, word, N);
+	} else if (!strcmp(way, "mmap_split")) {    /* its middle unmapped, the descriptor closed */
+		long pg = sysconf(_SC_PAGESIZE);
+		char *m = mmap(NULL, 3 * pg, PROT_READ, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED || close(fd) || munmap(m + pg, pg) || mprotect(m, pg, PROT_READ | PROT_WRITE))
+			return fail("mmap_split");
+		memcpy(m, word, N);
+	} else if (!strcmp(way, "madvise_remove")) { /* a hole punched through a read-only mapping */
+		long pg = sysconf(_SC_PAGESIZE);
+		char *m = mmap(NULL, 2 * pg, PROT_READ, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED)
+			return fail("mmap");
+		if (madvise(m, 2 * pg, MADV_REMOVE))
+			return errno == EACCES || errno == EINVAL || errno == EOPNOTSUPP ? 4 : fail("madvise");
 	} else if (!strcmp(way, "syscall")) {
 		if (syscall(SYS_write, fd, word, N) != (long)N)
 			return fail("syscall");
