@@ -624,9 +624,26 @@ static int pre_image(struct jsession *s, int fd, uint64_t size, uint64_t seq, st
 	return err;
 }
 
+/* A descriptor of the file being captured that the pre-image is read from
+ * instead of an open of its path (jcap_read_through): this thread's, for
+ * the capture it is set around. */
+static __thread int read_through __attribute__((tls_model("initial-exec"))) = -1;
+
+void jcap_read_through(int fd)
+{
+	read_through = fd;
+}
+
+/* Done with FD, open_pre's: closed unless it is the borrowed one. */
+static void close_pre(int fd)
+{
+	if (fd != read_through)
+		close(fd);
+}
+
 /* Open PATH to read its pre-image, without following a symlink, blocking
  * on a fifo or touching its atime. */
-static int open_pre(const char *path, struct stat *st)
+static int open_path_pre(const char *path, struct stat *st)
 {
 	int fl = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
 	int fd = open(path, fl | O_NOATIME);
@@ -641,6 +658,20 @@ static int open_pre(const char *path, struct stat *st)
 		return err;
 	}
 	return fd;
+}
+
+/* The same, or where the caller lent a descriptor of the same file
+ * (jcap_read_through), that one: a close of any descriptor of a file drops
+ * every POSIX record lock the process holds on it (fcntl, lockf), which a
+ * program takes before it writes. close_pre gives it back. */
+static int open_pre(const char *path, struct stat *st)
+{
+	struct stat ls;
+
+	if (read_through >= 0 && fstat(read_through, st) == 0 && lstat(path, &ls) == 0 &&
+	    ls.st_dev == st->st_dev && ls.st_ino == st->st_ino)
+		return read_through;
+	return open_path_pre(path, st);
 }
 
 /* Write R (a J_CONTENT or J_REMOVE with R->st set) with the bytes of the
@@ -750,7 +781,7 @@ static int rec_content(struct jseg *g, uint32_t txn, const char *path, const voi
 		err = emit_with_bytes(g, txn, &r, fd, 0);
 	else
 		err = rec_meta(g, txn, path, &strong);
-	close(fd);
+	close_pre(fd);
 	return err;
 }
 
@@ -780,7 +811,7 @@ static int emit_copy(struct jseg *g, uint32_t txn, struct rec *r, uint64_t seq, 
 		return fd;
 	r->st = st;
 	err = S_ISREG(st->st_mode) ? emit_with_bytes(g, txn, r, fd, seq) : -EAGAIN;
-	close(fd);
+	close_pre(fd);
 	return err;
 }
 

@@ -53,7 +53,11 @@ HOT EXPORT int close(int fd)
 	fdcache_drop(fd);
 	pend_drop(fd);          /* closed even when close fails (EINTR, EIO) */
 	fetched_closing(fd);
-	return REAL(close)(fd);
+	int r = REAL(close)(fd), e = errno;
+	if (fd >= 0)
+		pend_unpark((unsigned)fd, (unsigned)fd);
+	errno = e;
+	return r;
 }
 
 /* Before a dup of A onto B: move ours away from B, forget B's path. */
@@ -78,6 +82,8 @@ EXPORT int dup2(int a, int b)
 		return -1;
 	before_dup_onto(a, b);
 	r = REAL(dup2)(a, b);
+	if (r >= 0 && r != a)
+		pend_unpark((unsigned)r, (unsigned)r);
 	if (r >= 0 && pend_dup(a, r))
 		return -1;
 	return r;
@@ -91,6 +97,8 @@ EXPORT int dup3(int a, int b, int fl)
 		return -1;
 	before_dup_onto(a, b);
 	r = REAL(dup3)(a, b, fl);
+	if (r >= 0)
+		pend_unpark((unsigned)r, (unsigned)r);
 	if (r >= 0 && pend_dup(a, r))
 		return -1;
 	return r;
@@ -120,15 +128,19 @@ EXPORT int close_range(unsigned lo, unsigned hi, int fl)
 		}
 		if (!found) {
 			int r = REAL(close_range)(from, hi, fl);
-			if (r == 0 && !(fl & CLOSE_RANGE_CLOEXEC))
+			if (r == 0 && !(fl & CLOSE_RANGE_CLOEXEC)) {
 				pend_drop_range(lo, hi);
+				pend_unpark(lo, hi);
+			}
 			return r;
 		}
 		if (next > from && REAL(close_range)(from, next - 1, fl) < 0)
 			return -1;
 		if (next == hi) {
-			if (!(fl & CLOSE_RANGE_CLOEXEC))
+			if (!(fl & CLOSE_RANGE_CLOEXEC)) {
 				pend_drop_range(lo, hi);
+				pend_unpark(lo, hi);
+			}
 			return 0;
 		}
 		from = next + 1;

@@ -1080,7 +1080,10 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
 		err = path_fd_read(p, fd, true);
 	if (err)                /* no name to journal it under (deeper than PATH_MAX) */
 		return refuse_unjournaled("(descriptor)", err);
-	return pre_pending_at(p, st);
+	jcap_read_through(pend_reader(fd));
+	err = pre_pending_at(p, st);
+	jcap_read_through(-1);
+	return err;
 }
 
 /* The same for the file P names as the kernel has it (a descriptor's or
@@ -1110,7 +1113,14 @@ HIDDEN int pre_fd(int fd, enum jcap_op op)
 		return kept_change(fd, p);
 	if (n > 10 && !strcmp(p + n - 10, " (deleted)"))
 		return 0;               /* unlinked: nobody's pre-image */
-	return check("change", p, op, false, false, NULL);
+	if (op != JC_WRITE && op != JC_TRUNC)
+		return check("change", p, op, false, false, NULL);
+	/* the bytes read through the program's own descriptor: an open and
+	 * close of the path would drop its POSIX locks on the file */
+	jcap_read_through(pend_reader(fd));
+	int err = check("change", p, op, false, false, NULL);
+	jcap_read_through(-1);
+	return err;
 }
 
 /* P is not NULL, where a header says it may not be (and a program passes

@@ -117,6 +117,58 @@ HIDDEN void pend_drop_range(unsigned lo, unsigned hi)
 			pend_clear((int)fd);
 }
 
+/* The read descriptor a capture through FD reads the pre-image from
+ * (jcap_read_through): FD itself where it reads; for a write-only one, a
+ * read-only descriptor of the same file, kept open (parked) until FD is
+ * closed, since its close would drop the process's POSIX locks on the
+ * file as an open and close of the path would. -1: none (the capture opens
+ * the path). */
+static int park[PEND_N];        /* the parked descriptor + 1, by FD */
+static struct { dev_t dev; ino_t ino; } park_id[PEND_N];       /* its file: a number the program closed
+								   and reused is not closed again */
+static bool parked_any;
+
+HIDDEN int pend_reader(int fd)
+{
+	char proc[32];
+	struct stat a, b;
+	int fl = fcntl(fd, F_GETFL), r;
+
+	if (fl < 0)
+		return -1;
+	if ((fl & O_ACCMODE) != O_WRONLY)
+		return fd;
+	if ((unsigned)fd >= PEND_N || txn_vfork_child())
+		return -1;
+	r = park[fd] - 1;
+	if (r >= 0 && fstat(r, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+		return r;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	r = open(proc, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (r >= 0 && fstat(r, &a) == 0) {
+		park_id[fd].dev = a.st_dev;
+		park_id[fd].ino = a.st_ino;
+		park[fd] = r + 1;
+		__atomic_store_n(&parked_any, true, __ATOMIC_RELAXED);
+	}
+	return r;
+}
+
+/* FD is closed or replaced (after the call): its parked reader goes. */
+HIDDEN void pend_unpark(unsigned lo, unsigned hi)
+{
+	if (txn_vfork_child() || !__atomic_load_n(&parked_any, __ATOMIC_RELAXED))
+		return;
+	for (unsigned fd = lo; fd <= hi && fd < PEND_N; fd++)
+		if (park[fd]) {
+			struct stat st;
+			int r = park[fd] - 1;
+			park[fd] = 0;
+			if (fstat(r, &st) == 0 && st.st_dev == park_id[fd].dev && st.st_ino == park_id[fd].ino)
+				REAL(close)(r);
+		}
+}
+
 /* Inside a hook: take FD's pre-image if it is pending. 0, or the errno
  * that refuses the write (FD stays pending). The path locks the capture
  * took stay held for the caller's real call (shim_unlock after). */

@@ -212,6 +212,8 @@ HIDDEN int pend_opened(int fd);
 HIDDEN int pend_take(int fd);
 HIDDEN int pend_take_all(bool inherited);
 HIDDEN int pend_take_inode(const char *path);
+HIDDEN int pend_reader(int fd);
+HIDDEN void pend_unpark(unsigned lo, unsigned hi);
 HIDDEN int pend_take_id(dev_t dev, ino_t ino, bool *found);
 /* before a call that writes through FD: 0 (shim_unlock after the real
  * call) or -1 with errno set (refused, said) */

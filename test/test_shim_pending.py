@@ -273,3 +273,54 @@ def test_first_write_refused_when_the_journal_cannot_be_written(shim):
     assert out.split() == [b"5", b"5", b"5"], (out, err)
     assert b"cannot journal" in err, err
     assert_same(before, shim.snap())
+
+
+# The first write takes the pre-image while the program holds POSIX record
+# locks on the file (fcntl, lockf): a close of any descriptor of the file
+# drops them all, so the capture reads through the program's own
+# descriptor (or, for a write-only one, a reader kept open until it is
+# closed), never an open and close of the path. Another process checks the
+# lock after each way of writing.
+LOCKED = """
+import fcntl, os, subprocess, sys
+probe = "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR)\\n" \\
+        "try: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('lost')\\n" \\
+        "except OSError: print('held')"
+def held(path):
+    return subprocess.run([sys.executable, "-c", probe, path], capture_output=True, text=True).stdout.strip()
+out = []
+f = open("big.bin", "r+b"); fcntl.lockf(f, fcntl.LOCK_EX); f.write(b"LOCKED"); f.flush()
+out.append(held("big.bin"))
+fd = os.open("src/mid.bin", os.O_WRONLY); fcntl.lockf(fd, fcntl.LOCK_EX); os.ftruncate(fd, 0); os.write(fd, b"4242\\n")
+out.append(held("src/mid.bin"))
+g = os.open("a.txt", os.O_RDWR); fcntl.lockf(g, fcntl.LOCK_EX)
+import mmap; m = mmap.mmap(g, 0); m[0:2] = b"HI"; m.flush()
+out.append(held("a.txt"))
+print(" ".join(out))
+os.close(fd)
+"""
+
+
+def test_the_first_write_keeps_the_programs_record_locks(shim):
+    with open(os.path.join(shim.base, b"locked.py"), "w") as f:
+        f.write(LOCKED)
+    proc = shim.roundtrip(b"%s %s/locked.py" % (PYB, shim.base))
+    assert proc.stdout.split() == [b"held", b"held", b"held"], proc.stdout
+
+
+def test_sqlite_writers_in_two_processes_lose_nothing(shim):
+    """sqlite's locks are fcntl locks on the database (and the -shm file in
+    WAL mode): two writers of one database, each inserting 60 rows, end
+    with 120 rows and no error, in both journal modes."""
+    if not shutil.which("sqlite3"):
+        pytest.skip("no sqlite3")
+    for mode in ("wal", "delete"):
+        shim.setup(b"rm -f db-%s.sqlite* && sqlite3 db-%s.sqlite 'pragma journal_mode=%s; create table t(v)' "
+                   b">/dev/null" % (mode.encode(), mode.encode(), mode.encode()))
+    script = b"""for mode in wal delete; do
+  for k in 1 2; do (for i in $(seq 60); do sqlite3 -cmd '.timeout 20000' db-$mode.sqlite "insert into t values($i)" || echo "failed $?"; done) & done
+  wait
+done
+sqlite3 db-wal.sqlite 'select count(*) from t'; sqlite3 db-delete.sqlite 'select count(*) from t'"""
+    proc = shim.roundtrip(script, timeout=300)
+    assert proc.stdout.split() == [b"120", b"120"], (proc.stdout, proc.stderr[-2000:])
