@@ -3,9 +3,7 @@ traceback or a signal: no journal, not a journal, a journal from a newer
 ftsbx, bad command lines. And a journal that cannot be written stops the
 change: a read-only journal directory, a full disk."""
 import os
-import shutil
 import subprocess
-import time
 
 import pytest
 
@@ -307,13 +305,6 @@ def test_full_disk_stops_the_change_and_the_journal_stays_whole(populated, one_p
 # log/; then a forked child (log/'s descriptor inherited) and a new program
 # (log/ looked up afresh) each try a change.
 LOG_GONE_AGENT = """
-import os, subprocess, sys
-try:
-    open("/ftsbx-outside-every-root/x", "w")
-except OSError:
-    pass
-print("ready", flush=True)
-sys.stdin.read(1)
 pid = os.fork()
 if pid == 0:
     try:
@@ -330,19 +321,10 @@ sys.exit(os.waitstatus_to_exitcode(st))
 
 
 def test_a_journal_without_its_log_refuses_the_change(populated):
-    from test_shim_lib import PY, Shim
+    from test_shim_lib import Shim
     sh = Shim(populated)
     before = sh.snap()
-    proc = subprocess.Popen([PY, "-c", LOG_GONE_AGENT], cwd=sh.ws, env=sh.env(), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline() == b"ready\n"
-        assert os.path.isdir(os.path.join(sh.journal, b"log"))
-        shutil.rmtree(os.path.join(sh.journal, b"log"))
-        out, err = proc.communicate(b"x", timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, out, err = sh.run_with_log_removed(sh.LOG_MADE_THEN_WAIT + LOG_GONE_AGENT)
     assert proc.returncode == 3, (proc.returncode, out, err)
     assert out.split() == [b"5", b"1", b"1"], (out, err)      # EIO, twice
     assert b"cannot journal" in err, err

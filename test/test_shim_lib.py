@@ -158,6 +158,29 @@ class Shim:
             assert did(self), f"{name}: the program did not do its work\nstderr: {proc.stderr[-2000:]!r}"
         return self.roundtrip(script, check, timeout=300)
 
+    # what a SCRIPT for run_with_log_removed does first: a refusal (a record
+    # that changes nothing, which makes log/), then "ready", then it waits
+    LOG_MADE_THEN_WAIT = (
+        'import os, subprocess, sys\n'
+        'try:\n    open("/ftsbx-outside-every-root/x", "w")\nexcept OSError:\n    pass\n'
+        'print("ready", flush=True)\nsys.stdin.read(1)\n')
+
+    def run_with_log_removed(self, script):
+        """Run the Python SCRIPT under the shim until it prints "ready",
+        remove the journal's log/ from outside, let it go on (a byte on its
+        stdin): the (process, stdout, stderr) it ended with."""
+        proc = subprocess.Popen([PY, "-c", script], cwd=self.ws, env=self.env(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert proc.stdout.readline() == b"ready\n"
+            assert os.path.isdir(os.path.join(self.journal, b"log"))
+            shutil.rmtree(os.path.join(self.journal, b"log"))
+            out, err = proc.communicate(b"x", timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return proc, out, err
+
     def read(self, rel):
         with open(self.p(rel), "rb") as f:
             return f.read()

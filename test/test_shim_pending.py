@@ -231,14 +231,8 @@ def test_many_descriptors_and_the_closed_ones(shim):
 # was, and the descriptor stays pending: the next write is refused too, not
 # let through. A program that would inherit it is not started.
 JOURNAL_GONE = """
-import os, subprocess, sys
 fd = os.open("big.bin", os.O_RDWR)
-try:
-    open("/ftsbx-outside-every-root/x", "w")
-except OSError:
-    pass
-print("ready", flush=True)
-sys.stdin.read(1)
+""" + Shim.LOG_MADE_THEN_WAIT + """
 pid = os.fork()
 if pid == 0:
     for write in (lambda: os.write(fd, b"PENDING"), lambda: os.pwrite(fd, b"AGAIN", 9)):
@@ -258,18 +252,9 @@ except OSError as e:
 
 
 def test_first_write_refused_when_the_journal_cannot_be_written(shim):
-    import subprocess
     from conftest import assert_same
     before = shim.snap()
-    proc = subprocess.Popen([PY, "-c", JOURNAL_GONE], cwd=shim.ws, env=shim.env(), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert proc.stdout.readline() == b"ready\n"
-        shutil.rmtree(os.path.join(shim.journal, b"log"))
-        out, err = proc.communicate(b"x", timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, out, err = shim.run_with_log_removed("import os\n" + JOURNAL_GONE)
     assert out.split() == [b"5", b"5", b"5"], (out, err)
     assert b"cannot journal" in err, err
     assert_same(before, shim.snap())
