@@ -625,19 +625,23 @@ static int pre_image(struct jsession *s, int fd, uint64_t size, uint64_t seq, st
 }
 
 /* A descriptor of the file being captured that the pre-image is read from
- * instead of an open of its path (jcap_read_through): this thread's, for
- * the capture it is set around. */
-static __thread int read_through __attribute__((tls_model("initial-exec"))) = -1;
+ * instead of an open of its path, and what gives a readable one of it
+ * (jcap_read_through): this thread's, for the captures it is set around.
+ * read_lent: the one open_pre lent last. */
+#define TLS_IE __attribute__((tls_model("initial-exec")))
+static __thread int read_through TLS_IE = -1, read_lent TLS_IE = -1;
+static __thread int (*read_reader)(int fd) TLS_IE;
 
-void jcap_read_through(int fd)
+void jcap_read_through(int fd, int (*reader)(int fd))
 {
 	read_through = fd;
+	read_reader = reader;
 }
 
-/* Done with FD, open_pre's: closed unless it is the borrowed one. */
+/* Done with FD, open_pre's: closed unless it was lent. */
 static void close_pre(int fd)
 {
-	if (fd != read_through)
+	if (fd != read_lent)
 		close(fd);
 }
 
@@ -667,10 +671,13 @@ static int open_path_pre(const char *path, struct stat *st)
 static int open_pre(const char *path, struct stat *st)
 {
 	struct stat ls;
+	int fd;
 
+	read_lent = -1;
 	if (read_through >= 0 && fstat(read_through, st) == 0 && lstat(path, &ls) == 0 &&
-	    ls.st_dev == st->st_dev && ls.st_ino == st->st_ino)
-		return read_through;
+	    ls.st_dev == st->st_dev && ls.st_ino == st->st_ino &&
+	    (fd = read_reader ? read_reader(read_through) : read_through) >= 0)
+		return read_lent = fd;
 	return open_path_pre(path, st);
 }
 

@@ -247,11 +247,13 @@ int jcap_parent_meta(struct jseg *g, uint32_t txn, const char *path);
 /* The change about to happen to PATH: the right record for its current state
  * (J_CREATE when absent). */
 enum jcap_op { JC_WRITE, JC_TRUNC, JC_APPEND, JC_REMOVE, JC_META };
-/* Read the pre-images of this thread's next captures through FD (a
- * readable descriptor of the file) where it is the file captured, not
- * through an open of its path, whose close would drop the process's POSIX
- * record locks on it; -1: open the path again. */
-void jcap_read_through(int fd);
+/* Read the pre-images of this thread's next captures through FD where it
+ * is the file captured, not through an open of its path, whose close would
+ * drop the process's POSIX record locks on it; READER (NULL: FD reads)
+ * gives a readable descriptor of FD's file not to be closed, or -1 (the
+ * path is opened then), and is asked only when bytes are read. FD -1: open
+ * the path again. */
+void jcap_read_through(int fd, int (*reader)(int fd));
 int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op);
 /* The same, KNOWN being PATH's lstat just taken (st_mode 0: absent). */
 int jcap_path_known(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,

@@ -160,6 +160,14 @@ static int off_limits_change(const char *op, const char *p)
  * there, where the kernel shows an unlinked one as "NAME (deleted)". Such a
  * file has no name left to restore it under; its pre-image is the kept
  * inode itself (as with the link it was kept by before). */
+/* A descriptor's name in /proc for a file no name reaches any more */
+static bool named_deleted(const char *p)
+{
+	size_t n = strlen(p);
+
+	return n > 10 && !strcmp(p + n - 10, " (deleted)");
+}
+
 static bool kept_inode(const char *p)
 {
 	return path_under(p, shim.journal, shim.journal_len) &&
@@ -1080,9 +1088,9 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
 		err = path_fd_read(p, fd, true);
 	if (err)                /* no name to journal it under (deeper than PATH_MAX) */
 		return refuse_unjournaled("(descriptor)", err);
-	jcap_read_through(pend_reader(fd));
+	jcap_read_through(fd, pend_reader);
 	err = pre_pending_at(p, st);
-	jcap_read_through(-1);
+	jcap_read_through(-1, NULL);
 	return err;
 }
 
@@ -1090,9 +1098,7 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
  * a mapping's link in /proc), whose inode is ST's. */
 HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st)
 {
-	size_t n = strlen(p);
-
-	if (kept_inode(p) || (n > 10 && !strcmp(p + n - 10, " (deleted)"))) {
+	if (kept_inode(p) || named_deleted(p)) {
 		if (!st->st_nlink)
 			return 0;
 		shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
@@ -1104,22 +1110,19 @@ HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st)
 HIDDEN int pre_fd(int fd, enum jcap_op op)
 {
 	char p[PATH_MAX];
-	size_t n;
+	int err;
 
 	if (path_fd(p, fd))
 		return 0;               /* a pipe, a socket: nothing to restore */
-	n = strlen(p);
 	if (kept_inode(p))
 		return kept_change(fd, p);
-	if (n > 10 && !strcmp(p + n - 10, " (deleted)"))
+	if (named_deleted(p))
 		return 0;               /* unlinked: nobody's pre-image */
-	if (op != JC_WRITE && op != JC_TRUNC)
-		return check("change", p, op, false, false, NULL);
-	/* the bytes read through the program's own descriptor: an open and
+	/* any bytes read through the program's own descriptor: an open and
 	 * close of the path would drop its POSIX locks on the file */
-	jcap_read_through(pend_reader(fd));
-	int err = check("change", p, op, false, false, NULL);
-	jcap_read_through(-1);
+	jcap_read_through(fd, pend_reader);
+	err = check("change", p, op, false, false, NULL);
+	jcap_read_through(-1, NULL);
 	return err;
 }
 
