@@ -205,11 +205,13 @@ struct rec {
 	const char *path, *path2;
 	const struct stat *st;         /* F_STAT, or NULL */
 	const uint32_t *flags;         /* F_FLAGS, or NULL */
+	const uint64_t *offset;        /* F_OFFSET, or NULL */
 	enum jtag tag;                 /* one more field, or 0: */
 	const void *p1, *p2;           /* its value is P1 then P2 */
 	size_t n1, n2;
 	int xattrs;                    /* XA_*: F_XATTRS from PATH or from FD */
 	int fd;
+	uint64_t len;                  /* with OFFSET: the bytes wanted from there */
 };
 
 static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
@@ -309,6 +311,8 @@ static int fill(struct jbuild *b, const struct rec *r)
 	}
 	if (r->flags)
 		jb_u32(b, F_FLAGS, *r->flags);
+	if (r->offset)
+		jb_u64(b, F_OFFSET, *r->offset);
 	if (r->tag) {
 		uint8_t *d = jb_reserve(b, r->tag, r->n1 + r->n2);
 
@@ -508,7 +512,7 @@ static bool zshrink(struct zkept *k, uint8_t *dst, size_t *dlen, const uint8_t *
 	return rc == Z_STREAM_END;
 }
 
-static int pre_inline(int fd, size_t size, struct pre *p)
+static int pre_inline(int fd, uint64_t off, size_t size, struct pre *p)
 {
 	ssize_t got;
 	size_t zlen;
@@ -518,7 +522,7 @@ static int pre_inline(int fd, size_t size, struct pre *p)
 	p->map = p->kept ? p->kept->buf : scratch(p->maplen);
 	if (!p->map)
 		return -ENOMEM;
-	got = read_at(fd, p->map, size, 0);
+	got = read_at(fd, p->map, size, (off_t)off);
 	if (got < 0)
 		return (int)got;
 	p->d.size = (uint64_t)got;
@@ -535,8 +539,9 @@ static int pre_inline(int fd, size_t size, struct pre *p)
 	return 0;
 }
 
-/* Stream IN through gzip into OUT, hashing the bytes read. BUF holds 2 * CHUNK. */
-static int gz_stream(int in, int out, uint8_t *buf, struct jdata *d)
+/* Stream LEN bytes of IN from FROM (fewer where it ends) through gzip
+ * into OUT, hashing the bytes read. BUF holds 2 * CHUNK. */
+static int gz_stream(int in, uint64_t from, uint64_t len, int out, uint8_t *buf, struct jdata *d)
 {
 	z_stream z = { .zalloc = zmap, .zfree = zunmap };
 	crypto_generichash_blake2b_state h;
@@ -547,7 +552,8 @@ static int gz_stream(int in, int out, uint8_t *buf, struct jdata *d)
 		return -ENOMEM;
 	crypto_generichash_blake2b_init(&h, NULL, 0, sizeof(d->hash));
 	do {
-		ssize_t r = read_at(in, buf, CHUNK, (off_t)off);
+		size_t want = len - off < CHUNK ? (size_t)(len - off) : CHUNK;
+		ssize_t r = read_at(in, buf, want, (off_t)(from + off));
 
 		if (r < 0) {
 			err = (int)r;
@@ -555,7 +561,7 @@ static int gz_stream(int in, int out, uint8_t *buf, struct jdata *d)
 		}
 		off += (uint64_t)r;
 		crypto_generichash_blake2b_update(&h, buf, (unsigned long long)r);
-		flush = r < (ssize_t)CHUNK ? Z_FINISH : Z_NO_FLUSH;
+		flush = r < (ssize_t)want || off == len ? Z_FINISH : Z_NO_FLUSH;
 		z.next_in = buf;
 		z.avail_in = (uInt)r;
 		do {
@@ -572,7 +578,7 @@ static int gz_stream(int in, int out, uint8_t *buf, struct jdata *d)
 	return err;
 }
 
-static int pre_object(struct jsession *s, int fd, struct pre *p)
+static int pre_object(struct jsession *s, int fd, uint64_t from, uint64_t len, struct pre *p)
 {
 	const int fl = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
 	char name[JOBJ_NAME_MAX];
@@ -597,27 +603,29 @@ static int pre_object(struct jsession *s, int fd, struct pre *p)
 	if (out < 0)
 		return journal_side(-errno);
 	p->object = true;
-	err = gz_stream(fd, out, p->map, &p->d);
+	err = gz_stream(fd, from, len, out, p->map, &p->d);
 	if (!err && (s->flags & JS_DURABLE))
 		err = fsync(out) < 0 ? -errno : sync_object_dir(s, name, dirlen);
 	close(out);
 	return err;
 }
 
-/* The pre-image of the regular file FD (size SIZE). SEQ names an object
- * when one is needed; 0 takes a fresh one then. On error P is freed. */
-static int pre_image(struct jsession *s, int fd, uint64_t size, uint64_t seq, struct pre *p)
+/* The pre-image of the regular file FD of size SIZE, or (PART) of SIZE
+ * bytes of it from OFF. SEQ names an object when one is needed; 0 takes a
+ * fresh one then. On error P is freed. */
+static int pre_image(struct jsession *s, int fd, bool part, uint64_t off, uint64_t size, uint64_t seq,
+		     struct pre *p)
 {
 	int err;
 
 	memset(p, 0, sizeof(*p));
 	p->seq = seq;
 	if (size <= J_INLINE_MAX) {
-		err = pre_inline(fd, (size_t)size, p);
+		err = pre_inline(fd, off, (size_t)size, p);
 	} else {
 		if (!p->seq)
 			p->seq = jsession_next_seq(s);
-		err = pre_object(s, fd, p);
+		err = pre_object(s, fd, off, part ? size : UINT64_MAX, p);    /* a whole file to its end */
 	}
 	if (err)
 		pre_free(s, p, true);
@@ -686,7 +694,8 @@ static int open_pre(const char *path, struct stat *st)
 static int emit_with_bytes(struct jseg *g, uint32_t txn, struct rec *r, int fd, uint64_t seq)
 {
 	struct pre p;
-	int err = pre_image(g->s, fd, (uint64_t)r->st->st_size, seq, &p);
+	int err = r->offset ? pre_image(g->s, fd, true, *r->offset, r->len, seq, &p)
+			    : pre_image(g->s, fd, false, 0, (uint64_t)r->st->st_size, seq, &p);
 
 	if (err)
 		return err;
@@ -1088,6 +1097,65 @@ int jcap_content(struct jseg *g, uint32_t txn, const char *path)
 	return once(g, txn, path, dedup_generation(g->s), DL_FULL, rec_content, NULL);
 }
 
+/* J_CONTENT of the part of PATH that ARG (a struct jrange) names, as the
+ * file is now: its bytes up to where it ends, its whole stat. */
+static int rec_range(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+{
+	struct jrange *want = (struct jrange *)arg;
+	struct stat st;
+	struct rec r = { .type = J_CONTENT, .rflags = JR_RANGE, .path = path, .st = &st };
+	uint64_t off, size;
+	int fd, err;
+
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return rec_meta(g, txn, path, &strong);
+	fd = open_pre(path, &st);
+	if (fd < 0)
+		return fd;
+	if (!S_ISREG(st.st_mode)) {
+		close_pre(fd);
+		return rec_meta(g, txn, path, &strong);
+	}
+	size = (uint64_t)st.st_size;
+	off = want->off < size ? want->off : size;
+	r.offset = &off;
+	r.len = want->len < size - off ? want->len : size - off;
+	err = emit_with_bytes(g, txn, &r, fd, 0);
+	close_pre(fd);
+	if (!err) {
+		want->off = off;
+		want->len = r.len;
+		want->size = size;
+		want->saved = true;
+	}
+	return err;
+}
+
+int jcap_range(struct jseg *g, uint32_t txn, const char *path, struct jrange *want)
+{
+	struct dclaim c;
+	struct stat st;
+	int err;
+
+	want->saved = false;
+	if (!(g->s->features & JI_RANGES))
+		return -ENOTSUP;
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (S_ISREG(st.st_mode) && st.st_nlink > 1)     /* each change of those is recorded */
+		return rec_range(g, txn, path, want);
+	if (dedup_claim(g->s, txn, dedup_generation(g->s), path, DL_FULL, &c))
+		return 0;       /* the whole file is this transaction's already */
+	err = rec_range(g, txn, path, want);
+	/* the path's last record is this transaction's, and saved its
+	 * metadata (not its size: a later J_APPEND is still written) */
+	c.level = DL_META;
+	dedup_done(&c, err == 0);
+	return err;
+}
+
 int jcap_append(struct jseg *g, uint32_t txn, const char *path)
 {
 	return once(g, txn, path, dedup_generation(g->s), DL_APPEND, rec_append, NULL);
@@ -1423,6 +1491,7 @@ static int capture_present(struct jseg *g, uint32_t txn, const char *path, enum 
 		return S_ISREG(st->st_mode) ? jcap_append(g, txn, path) : jcap_meta(g, txn, path, false);
 	case JC_WRITE:
 	case JC_TRUNC:
+	case JC_RANGE:
 		return S_ISREG(st->st_mode) ? jcap_content(g, txn, path) : jcap_meta(g, txn, path, false);
 	}
 	return -EINVAL;

@@ -209,7 +209,8 @@
 					   reserve in one file (else SESSION/seq, locks and reserve) */
 #define JI_LAZYDIRS     0x00000020u     /* log/ and objects/ made by their first writer (with JI_SHARED):
 					   no log/ is no record, unless the counters' page says made */
-#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES | JI_SHARED | JI_LAZYDIRS)
+#define JI_RANGES       0x00000040u     /* a J_CONTENT may hold a part of the file (JR_RANGE, F_OFFSET) */
+#define JI_KNOWN        (JI_OBJDIRS | JI_INODE_XATTRS | JI_LANES | JI_SHARED | JI_LAZYDIRS | JI_RANGES)
 #define JI_NEW          JI_KNOWN        /* what a new session gets */
 
 /* Record types. Each lists its fields; [opt] marks optional ones. */
@@ -223,7 +224,16 @@ enum jtype {
 	/* undo records: each is written before the change it undoes */
 	J_CREATE    = 10, /* PATH: did not exist. Undo: remove what is there. */
 	J_CONTENT   = 11, /* PATH STAT DATA|OBJECT [XATTRS]: bytes and metadata of a
-	                     regular file changed in place. Undo: rewrite the same inode. */
+	                     regular file changed in place. Undo: rewrite the same inode.
+	                     With JR_RANGE (JI_RANGES sessions only) and OFFSET: only
+	                     the bytes from OFFSET on (DATA's or OBJECT's size of
+	                     them, none where the file ended before OFFSET) that a
+	                     write was about to overwrite; STAT is the whole file's.
+	                     Undo: write them back at OFFSET into the file at PATH
+	                     (which must be a regular file), cut it to STAT.size,
+	                     restore metadata. A file's records are undone in
+	                     decreasing seq, so each byte ends as the earliest
+	                     record that saved it had it. */
 	J_APPEND    = 12, /* PATH STAT [XATTRS]: opened for append; STAT.size is the old size.
 	                     Undo: truncate to it, restore metadata. */
 	J_REMOVE    = 13, /* PATH STAT [INODE|DATA|OBJECT|TARGET] [XATTRS]: the path is about
@@ -256,6 +266,7 @@ enum jtype {
                                  it may write on through (its paths have no settle time) */
 #define JR_INODE_XATTRS 0x02  /* J_REMOVE with INODE: the xattrs are the kept inode's own
                                  (written only in sessions with JI_INODE_XATTRS) */
+#define JR_RANGE        0x10  /* J_CONTENT of a part of the file, from F_OFFSET (JI_RANGES) */
 
 /* Field tags. */
 enum jtag {
@@ -280,7 +291,8 @@ enum jtag {
 	F_SEQREF = 19, /* u64 */
 	F_HOST   = 20, /* bytes */
 	F_POLICY = 21, /* bytes: hash of the policy in force */
-	F_TAG_MAX = 21
+	F_OFFSET = 22, /* u64: where a JR_RANGE J_CONTENT's bytes start in the file */
+	F_TAG_MAX = 22
 };
 
 /* F_STAT: the metadata a rewind restores, fixed layout, 80 bytes. */

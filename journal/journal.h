@@ -216,6 +216,18 @@ int  jseg_append_then(struct jseg *g, struct jbuild *b, uint64_t seq, int (*chan
 int jcap_create(struct jseg *g, uint32_t txn, const char *path);
 int jcap_content(struct jseg *g, uint32_t txn, const char *path);
 int jcap_append(struct jseg *g, uint32_t txn, const char *path);
+/* The part of the regular file PATH a write is about to change: OFF, LEN
+ * in. A J_CONTENT of those bytes (JR_RANGE: fewer where the file ends,
+ * none from its end on) unless the whole file is already this
+ * transaction's; SAVED says whether it was written, and OFF, LEN and SIZE
+ * (the file's) out say what it holds. -ENOTSUP: the session has no
+ * JI_RANGES (save the whole file). */
+struct jrange {
+	uint64_t off, len, size;
+	bool saved;
+	bool whole;             /* the caller's own: it saved the whole file instead */
+};
+int jcap_range(struct jseg *g, uint32_t txn, const char *path, struct jrange *want);
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
 /* The same, with a copy of a regular file's bytes in the record, never its
  * inode: the file lives on where no change is journaled (renamed into an
@@ -246,7 +258,8 @@ int jcap_meta(struct jseg *g, uint32_t txn, const char *path, bool weak);
 int jcap_parent_meta(struct jseg *g, uint32_t txn, const char *path);
 /* The change about to happen to PATH: the right record for its current state
  * (J_CREATE when absent). */
-enum jcap_op { JC_WRITE, JC_TRUNC, JC_APPEND, JC_REMOVE, JC_META };
+enum jcap_op { JC_WRITE, JC_TRUNC, JC_APPEND, JC_REMOVE, JC_META,
+	       JC_RANGE };      /* a write of a part (jcap_range; elsewhere as JC_WRITE) */
 /* Read the pre-images of this thread's next captures through FD where it
  * is the file captured, not through an open of its path, whose close would
  * drop the process's POSIX record locks on it; READER (NULL: FD reads)

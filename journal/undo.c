@@ -432,8 +432,43 @@ static int undo_create(struct undo *u)
 	return remove_any(u, u->path, &cur);
 }
 
+/* A part of the file (JR_RANGE): its bytes back where they were, in the
+ * file at the path (the same inode, or what an earlier undo brought back
+ * there), cut to the size it had. */
+static int undo_range(struct undo *u)
+{
+	struct stat cur;
+	uint64_t off;
+	int fd, err;
+
+	if (!jrec_u64(u->c, F_OFFSET, &off) || off > (uint64_t)INT64_MAX)
+		return failf(u, -EBADMSG, "seq %llu: a part of '%s' without its offset",
+			     (unsigned long long)u->c->seq, u->path);
+	err = jrec_content(u->r, u->c, -1, u->msg, u->msglen);  /* whole before anything changes */
+	if (err)
+		return err;
+	if (lstat(u->path, &cur) < 0)
+		return fail(u, -errno, "restore a part of", u->path);
+	if (!S_ISREG(cur.st_mode))
+		return failf(u, -EINVAL, "cannot restore a part of '%s': no longer a regular file", u->path);
+	fd = open_rewrite(u, u->path);
+	if (fd < 0)
+		return fd;
+	if (lseek(fd, (off_t)off, SEEK_SET) < 0)
+		err = fail(u, -errno, "seek in", u->path);
+	else
+		err = jrec_content(u->r, u->c, fd, u->msg, u->msglen);
+	if (!err && ftruncate(fd, (off_t)u->st.size) < 0)
+		err = fail(u, -errno, "truncate", u->path);
+	if (close(fd) < 0 && !err)
+		err = fail(u, -errno, "write", u->path);
+	return err ? err : restore_meta(u, u->path, &u->st, META_ALL);
+}
+
 static int undo_content(struct undo *u)
 {
+	if (u->c->flags & JR_RANGE)
+		return undo_range(u);
 	return rewrite_file(u, u->path);
 }
 

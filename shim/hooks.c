@@ -366,12 +366,24 @@ static int begin_change(const char *p, bool lock, struct jseg **g)
 }
 
 /* KNOWN: P's lstat, taken while P's locks were held; NULL: look again. */
+/* The part a JC_RANGE capture is of (pre_fd_range): this thread's. */
+static __thread struct jrange *range_want __attribute__((tls_model("initial-exec")));
+
 static int capture(const char *p, enum jcap_op op, bool lock, const struct stat *known)
 {
 	struct jseg *g;
 	int err = begin_change(p, lock, &g);
 
-	return err <= 0 ? err : jcap_path_known(g, shim_txn(), p, op, known);
+	if (err <= 0)
+		return err;
+	if (op == JC_RANGE) {
+		err = jcap_range(g, shim_txn(), p, range_want);
+		if (err != -ENOTSUP)
+			return err;
+		range_want->whole = true;       /* a session without parts */
+		op = JC_WRITE;
+	}
+	return jcap_path_known(g, shim_txn(), p, op, known);
 }
 
 static int refuse_unjournaled(const char *p, int err);
@@ -653,8 +665,9 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 		err = capture(p, op, lock, locked ? &st : NULL);
 	if (err)
 		return refuse_unjournaled(p, err);
-	if (mode != S_IFREG || st.st_nlink < 2)        /* each change of those is recorded */
-		seen_end(p, op, mode, gen);
+	if ((mode != S_IFREG || st.st_nlink < 2) &&    /* each change of those is recorded */
+	    (op != JC_RANGE || range_want->whole))     /* a part answers no later check */
+		seen_end(p, op == JC_RANGE ? JC_WRITE : op, mode, gen);
 	return 0;
 }
 
@@ -1076,7 +1089,15 @@ HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags)
  * capture at the open saved first. Refused; the shim takes the pre-image
  * of this process's own pending descriptors before a removal
  * (pend_take_inode), so only another process's can come here. */
+static int pre_fd_pending_op(int fd, const struct stat *st, enum jcap_op op);
+static int pre_pending_at_op(char p[PATH_MAX], const struct stat *st, enum jcap_op op);
+
 HIDDEN int pre_fd_pending(int fd, const struct stat *st)
+{
+	return pre_fd_pending_op(fd, st, JC_WRITE);
+}
+
+static int pre_fd_pending_op(int fd, const struct stat *st, enum jcap_op op)
 {
 	char p[PATH_MAX];
 	struct stat ls;
@@ -1089,8 +1110,21 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
 	if (err)                /* no name to journal it under (deeper than PATH_MAX) */
 		return refuse_unjournaled("(descriptor)", err);
 	jcap_read_through(fd, pend_reader);
-	err = pre_pending_at(p, st);
+	err = pre_pending_at_op(p, st, op);
 	jcap_read_through(-1, NULL);
+	return err;
+}
+
+/* The same for the part of FD's file WANT names (jcap_range), about to be
+ * written through it: WANT says what was saved. */
+HIDDEN int pre_fd_range(int fd, const struct stat *st, struct jrange *want)
+{
+	int err;
+
+	want->saved = want->whole = false;
+	range_want = want;
+	err = pre_fd_pending_op(fd, st, JC_RANGE);
+	range_want = NULL;
 	return err;
 }
 
@@ -1098,13 +1132,18 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
  * a mapping's link in /proc), whose inode is ST's. */
 HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st)
 {
+	return pre_pending_at_op(p, st, JC_WRITE);
+}
+
+static int pre_pending_at_op(char p[PATH_MAX], const struct stat *st, enum jcap_op op)
+{
 	if (kept_inode(p) || named_deleted(p)) {
 		if (!st->st_nlink)
 			return 0;
 		shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
 		return EACCES;
 	}
-	return check("change", p, JC_WRITE, false, false, NULL);
+	return check("change", p, op, false, false, NULL);
 }
 
 HIDDEN int pre_fd(int fd, enum jcap_op op)

@@ -46,18 +46,12 @@ HIDDEN int mapped_lock_word;
 
 static void lock(sigset_t *old)
 {
-	sigset_t all;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, old);
-	while (__atomic_exchange_n(&mapped_lock_word, 1, __ATOMIC_ACQUIRE))
-		sched_yield();
+	shim_spin_lock(&mapped_lock_word, old);
 }
 
 static void unlock(const sigset_t *old)
 {
-	__atomic_store_n(&mapped_lock_word, 0, __ATOMIC_RELEASE);
-	pthread_sigmask(SIG_SETMASK, old, NULL);
+	shim_spin_unlock(&mapped_lock_word, old);
 }
 
 static inline bool any(void)

@@ -270,6 +270,251 @@ HIDDEN int pend_flush_all(bool inherited)
 	return 0;
 }
 
+/* ---- the parts of a large file ------------------------------------------ */
+
+/* A write through a pending descriptor of a large file (above RANGE_MIN)
+ * saves only the part it is about to change (jcap_range: a J_CONTENT of
+ * those bytes), and the descriptor stays pending: each later write saves
+ * what no earlier record of this process in the same transaction saved.
+ * sqlite's UPDATE of one row in a 30 MB database wrote 30 MB of journal
+ * when the first write saved the whole file. Undo goes in decreasing seq,
+ * so each byte ends as the earliest record that saved it had it, whichever
+ * process wrote that one; a record also covers everything from the file's
+ * end then (undo cuts the file there). The parts saved are kept by file
+ * (RF_N files, RF_SPANS disjoint spans each, merged where they touch) with
+ * the transaction they were saved in; when it ends (a job left running
+ * writes on) or a rewind undoes something, every file starts afresh.
+ * Another transaction's record of the file in between starts nothing
+ * afresh, as a whole file taken once is not taken again for a descriptor
+ * another transaction wrote through too. A part that goes on where a span
+ * ends grows (a sequential writer saves up to RANGE_RUN at once). Saved
+ * whole, and no longer pending, as any other file: a file whose spans run
+ * out, one a write changes half of or more, a sparse one (its holes would
+ * come back filled), and a file in a session without JI_RANGES. */
+#define RANGE_MIN  ((off_t)J_INLINE_MAX)
+#define RANGE_PAGE 4096u
+#define RANGE_RUN  (1u << 20)
+#define RF_N       8
+#define RF_SPANS   128
+
+struct rkey {
+	uint8_t salt[J_SALT_LEN];
+	uint32_t txn;
+	bool late;
+	uint64_t rewinds;
+};
+static struct rfile {
+	dev_t dev;
+	ino_t ino;
+	struct rkey key;
+	unsigned n;
+	struct { uint64_t lo, hi; } span[RF_SPANS];
+} rfile[RF_N];                  /* among the large arrays (layout.ld) */
+static unsigned rfile_next;     /* the slot a new file takes */
+HIDDEN int range_lock_word;     /* free in a fork child (state.c) */
+
+static bool rkey_now(struct rkey *k)
+{
+	if (!shim.session_open)
+		return false;
+	memset(k, 0, sizeof(*k));
+	memcpy(k->salt, shim.s.salt, J_SALT_LEN);
+	k->txn = shim_txn();
+	k->late = jtxn_late(&shim.s, k->txn);
+	k->rewinds = __atomic_load_n(&shim.s.ctr[JL_REWINDS_AT / 8], __ATOMIC_ACQUIRE);
+	return true;
+}
+
+/* The file's spans, still valid at K; NEW: made (or started afresh) when not. */
+static struct rfile *rfile_of(dev_t dev, ino_t ino, const struct rkey *k, bool make)
+{
+	struct rfile *f = NULL;
+
+	for (unsigned i = 0; i < RF_N && !f; i++)
+		if (rfile[i].n && rfile[i].dev == dev && rfile[i].ino == ino)
+			f = &rfile[i];
+	if (f && memcmp(&f->key, k, sizeof(*k)))
+		f->n = 0;       /* saved in another transaction, or before a turn */
+	if (!make)
+		return f && f->n ? f : NULL;
+	if (!f)
+		f = &rfile[rfile_next++ % RF_N];
+	if (!f->n) {
+		f->dev = dev;
+		f->ino = ino;
+		f->key = *k;
+	}
+	return f;
+}
+
+/* Is [LO, HI) inside one span of F? Else *RUN: where the span that ends
+ * at LO begins (a sequential writer's), or LO. */
+static bool rfile_covers(const struct rfile *f, uint64_t lo, uint64_t hi, uint64_t *run)
+{
+	*run = lo;
+	for (unsigned i = 0; f && i < f->n; i++) {
+		if (f->span[i].lo <= lo && hi <= f->span[i].hi)
+			return true;
+		if (f->span[i].hi == lo)
+			*run = f->span[i].lo;
+	}
+	return false;
+}
+
+/* Add [LO, HI) to F, merged with every span it touches. false: no room. */
+static bool rfile_add(struct rfile *f, uint64_t lo, uint64_t hi)
+{
+	unsigned i, j;
+
+	for (i = j = 0; i < f->n; i++) {
+		if (f->span[i].hi < lo || hi < f->span[i].lo) {
+			f->span[j++] = f->span[i];
+			continue;
+		}
+		lo = f->span[i].lo < lo ? f->span[i].lo : lo;
+		hi = f->span[i].hi > hi ? f->span[i].hi : hi;
+	}
+	f->n = j;
+	if (f->n == RF_SPANS)
+		return false;
+	f->span[f->n].lo = lo;
+	f->span[f->n].hi = hi;
+	f->n++;
+	return true;
+}
+
+/* Does a write of LEN bytes at OFF to the file ST save a part of it? */
+static bool range_fits(const struct stat *st, uint64_t len)
+{
+	return S_ISREG(st->st_mode) && st->st_size > RANGE_MIN && (!shim.session_open || (shim.s.features & JI_RANGES)) &&
+	       (uint64_t)st->st_blocks * 512 >= (uint64_t)st->st_size && len < (uint64_t)st->st_size / 2;
+}
+
+/* Inside a hook: a write of LEN bytes at OFF (-1: FD's offset) through FD
+ * is about to happen. pend_take's, for the part it changes of a large
+ * file. The path locks a capture took stay held (shim_unlock after). */
+static int pend_take_range(int fd, off_t off, uint64_t len)
+{
+	struct stat st;
+	struct rfile *f;
+	struct rkey k;
+	struct jrange want;
+	uint64_t lo, hi, run;
+	sigset_t old;
+	bool keyed, covered;
+	int err, fl;
+
+	if (!pend_has(fd) || txn_vfork_child())
+		return 0;
+	if (fstat(fd, &st) < 0 || st.st_dev != pend_id[fd].dev || st.st_ino != pend_id[fd].ino) {
+		pend_clear(fd);         /* closed past the hooks: another file now */
+		return 0;
+	}
+	if (!range_fits(&st, len) || (fl = fcntl(fd, F_GETFL)) < 0)
+		return pend_take(fd);
+	if (fl & O_APPEND)
+		off = st.st_size;       /* pwrite too writes at the end */
+	else if (off < 0 && (off = lseek(fd, 0, SEEK_CUR)) < 0)
+		return pend_take(fd);
+	lo = (uint64_t)off & ~(uint64_t)(RANGE_PAGE - 1);
+	hi = ((uint64_t)off + len + RANGE_PAGE - 1) & ~(uint64_t)(RANGE_PAGE - 1);
+	keyed = rkey_now(&k);
+	shim_spin_lock(&range_lock_word, &old);
+	f = keyed ? rfile_of(st.st_dev, st.st_ino, &k, false) : NULL;
+	covered = rfile_covers(f, lo, hi, &run);
+	shim_spin_unlock(&range_lock_word, &old);
+	if (covered)
+		return 0;
+	if (run < lo && hi - lo < RANGE_RUN)    /* goes on from a span: save ahead */
+		hi = lo + ((lo - run) < RANGE_RUN ? (lo - run) > hi - lo ? lo - run : hi - lo : RANGE_RUN);
+	want.off = lo;
+	want.len = hi - lo;
+	err = pre_fd_range(fd, &st, &want);
+	if (err)
+		return err;
+	if (want.whole) {               /* saved whole after all */
+		pend_clear(fd);
+		mapped_forget(st.st_dev, st.st_ino);
+		return 0;
+	}
+	if (!keyed && !rkey_now(&k))
+		return 0;
+	shim_spin_lock(&range_lock_word, &old);
+	f = rfile_of(st.st_dev, st.st_ino, &k, true);
+	/* nothing saved: none needed in this transaction (the whole file
+	 * is its already, or not journaled) */
+	covered = !want.saved ? rfile_add(f, 0, UINT64_MAX)
+			      : rfile_add(f, want.off, want.off + want.len) && rfile_add(f, want.size, UINT64_MAX);
+	shim_spin_unlock(&range_lock_word, &old);
+	if (covered)
+		return 0;
+	shim_unlock();                  /* no room to say more: the whole file */
+	return pend_take(fd);
+}
+
+/* Before a write of LEN bytes at OFF (-1: FD's offset) through FD, as
+ * pend_before. */
+static int pend_before_range(int fd, off_t off, uint64_t len)
+{
+	struct hook_ctx c;
+	int err;
+
+	if (!hook_enter(&c))
+		return 0;
+	if ((err = pend_take_range(fd, off, len))) {
+		shim_unlock();
+		hook_refuse(&c, err);
+		return -1;
+	}
+	hook_leave(&c);
+	return 0;
+}
+
+/* ftruncate's check (hooks.def): a file it makes longer needs only its
+ * old size (J_APPEND: undo cuts it there); one it cuts, the bytes cut off,
+ * a part of a large file. */
+HIDDEN int pre_ftruncate(int fd, off_t n)
+{
+	struct stat st;
+	struct jrange want = { .off = (uint64_t)n };
+	int err;
+
+	if (n < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return pre_fd(fd, JC_TRUNC);    /* fails alike, or no file to cut */
+	if (n >= st.st_size)
+		return pre_fd(fd, JC_APPEND);
+	if (!range_fits(&st, (uint64_t)(st.st_size - n)))
+		return pre_fd(fd, JC_TRUNC);
+	want.len = (uint64_t)(st.st_size - n);
+	err = pre_fd_range(fd, &st, &want);
+	if (!err && want.whole && pend_has(fd)) {
+		pend_clear(fd);
+		mapped_forget(st.st_dev, st.st_ino);
+	}
+	return err;
+}
+
+/* truncate's: a path it makes longer needs only its old size. */
+HIDDEN int pre_truncate(const char *path, off_t n)
+{
+	struct stat st;
+	char p[PATH_MAX];
+
+	if (n >= 0 && path && path_abs(p, AT_FDCWD, path) == 0 && stat(p, &st) == 0 && S_ISREG(st.st_mode) &&
+	    n >= st.st_size)
+		return pre_path(AT_FDCWD, path, JC_APPEND, 1);
+	return pre_path(AT_FDCWD, path, JC_TRUNC, 1);
+}
+
+static uint64_t iov_bytes(const struct iovec *v, int n)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; v && i < n; i++)
+		sum += v[i].iov_len;
+	return sum;
+}
+
 /* Before a call that writes through FD: 0 (go on; shim_unlock after the
  * real call), or -1 with errno set (refused, said). */
 HIDDEN int pend_before(int fd)
@@ -374,14 +619,31 @@ HIDDEN int pend_dup(int from, int to)
 		return REAL(name) args;                          \
 	}
 #define WRITES(ret, name, params, args, fd, cond, fail) WRITES_(ret, name, params, args, fd, cond, fail, true)
+/* the same where the call says which bytes it writes: OFF (-1: the
+ * descriptor's offset) and LEN */
+#define WRITES_AT(ret, name, params, args, fd, off, len)         \
+	HOT EXPORT ret name params                               \
+	{                                                        \
+		if (__builtin_expect(pend_has(fd), 0)) {         \
+			ret r;                                   \
+			if (pend_before_range(fd, off, len) < 0) \
+				return -1;                       \
+			r = REAL(name) args;                     \
+			shim_unlock();                           \
+			return r;                                \
+		}                                                \
+		return REAL(name) args;                          \
+	}
 #define WRITES_WAITING(ret, name, params, args, fd, fail) WRITES_(ret, name, params, args, fd, true, fail, false)
 
-WRITES(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd, true, -1)
-WRITES(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd, true, -1)
-WRITES(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd, true, -1)
-WRITES(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd, true, -1)
-WRITES(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd, true, -1)
-WRITES(ssize_t, pwritev64, (int fd, const struct iovec *v, int n, off64_t o), (fd, v, n, o), fd, true, -1)
+WRITES_AT(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd, -1, n)
+WRITES_AT(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd, o, n)
+WRITES_AT(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd, o, n)
+WRITES_AT(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd, -1, iov_bytes(v, n))
+WRITES_AT(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd, o,
+	  iov_bytes(v, n))
+WRITES_AT(ssize_t, pwritev64, (int fd, const struct iovec *v, int n, off64_t o), (fd, v, n, o), fd, o,
+	  iov_bytes(v, n))
 WRITES_WAITING(ssize_t, sendfile, (int out, int in, off_t *o, size_t n), (out, in, o, n), out, -1)
 WRITES_WAITING(ssize_t, sendfile64, (int out, int in, off64_t *o, size_t n), (out, in, o, n), out, -1)
 WRITES(ssize_t, copy_file_range, (int in, off64_t *oi, int out, off64_t *oo, size_t n, unsigned fl),

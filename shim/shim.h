@@ -152,6 +152,26 @@ static inline void hook_refuse(struct hook_ctx *c, int err)
 	errno = err;
 }
 
+/* A lock of a table of this process's, held for a few loads and stores
+ * with signals blocked (a handler's call must not wait for the code it
+ * interrupted); a fork child frees its word (state.c: another thread may
+ * have held it at the fork). */
+static inline void shim_spin_lock(int *word, sigset_t *old)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, old);
+	while (__atomic_exchange_n(word, 1, __ATOMIC_ACQUIRE))
+		sched_yield();
+}
+
+static inline void shim_spin_unlock(int *word, const sigset_t *old)
+{
+	__atomic_store_n(word, 0, __ATOMIC_RELEASE);
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 /* Pre-change checks: 0 (go on) or the errno that refuses the call, or
  * PRE_DONE where the check made the change itself (pre_remove: an unlink,
  * an rmdir the journal makes): the hook returns success without the real
@@ -177,6 +197,9 @@ HIDDEN int pre_pathat(int dirfd, const char *path, enum jcap_op op, int atflags)
 HIDDEN int pre_fd(int fd, enum jcap_op op);
 HIDDEN int pre_fd_pending(int fd, const struct stat *st);
 HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st);
+HIDDEN int pre_fd_range(int fd, const struct stat *st, struct jrange *want);
+HIDDEN int pre_ftruncate(int fd, off_t n);     /* pending.c */
+HIDDEN int pre_truncate(const char *path, off_t n);
 HIDDEN int pre_setfl(int fd, int newfl);
 HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg);   /* inode flags */
 HIDDEN int pre_file_setattr(int dirfd, const char *path, const void *attr, size_t size, unsigned atflags);
@@ -222,6 +245,7 @@ HIDDEN bool pend_id_of(int fd, dev_t *dev, ino_t *ino);
 /* mapped.c: read-only shared mappings of pending files */
 HIDDEN void mapped_forget(dev_t dev, ino_t ino);
 extern HIDDEN int mapped_lock_word;
+extern HIDDEN int range_lock_word;       /* pending.c's */
 HIDDEN int mapped_syscall(long n, const long a[6]);
 HIDDEN bool mapped_any(void);
 HIDDEN int mapped_take_range(uintptr_t lo, size_t n);

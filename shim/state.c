@@ -399,6 +399,7 @@ static void atfork_child(void)
 	seg_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 	spawn_opens_lock_word = 0;      /* another thread held it at the fork */
 	mapped_lock_word = 0;
+	range_lock_word = 0;
 	my_pid = getpid();
 }
 

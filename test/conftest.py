@@ -473,3 +473,25 @@ def populate(root):
         os.utime(os.path.join(root, rel), ns=(t * 10**9 + 111_111_111 + i,
                                               t * 10**9 + 123_456_789 + 7 * i),
                  follow_symlinks=False)
+
+
+def rewrite_file(path, salt, features, edit):
+    """Write the session or segment file PATH again as a writer of FEATURES
+    would have: the header's features patched, every record's (flags,
+    fields) through EDIT(frame), the hash chain and the crcs made again."""
+    header, frs = frames(path)
+    assert (frs[-1].end if frs else FILE_HDR) == os.path.getsize(path), "not all of it is records"
+    h = bytearray(header)
+    h[12:16] = struct.pack("<I", features)
+    h = header_with(bytes(h))
+    link = hashlib.blake2b(salt + h, digest_size=32).digest()
+    out = bytearray(h)
+    for fr in frs:
+        flags, fields = edit(fr)
+        body = struct.pack("<BBHIQq", fr.type, flags, len(fields), fr.txn, fr.seq, fr.time)
+        body += b"".join(struct.pack("<HI", tag, len(v)) + v for tag, v in fields)
+        link = hashlib.blake2b(link + body, digest_size=32).digest()
+        frame = struct.pack("<II", 0, len(body) + len(link)) + body + link
+        out += struct.pack("<I", frame_crc(salt, frame)) + frame[4:]
+    with open(path, "wb") as f:
+        f.write(out)

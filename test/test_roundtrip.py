@@ -1,7 +1,6 @@
 """What jdrive writes, txreplay reads back: every record type comes back in
 `log --json` with its fields, `list` shows the transactions, and `show
 --content` gives a pre-image back byte for byte."""
-import hashlib
 import json
 import os
 import struct
@@ -9,8 +8,7 @@ import time
 
 import pytest
 
-from conftest import (FILE_HDR, F, assert_same, begun_txn, frame_crc, frames, fsb, header_with, log_records,
-                      salt_of, segments)
+from conftest import F, assert_same, begun_txn, fsb, log_records, rewrite_file, salt_of, segments
 
 
 def records(recs, op, path=None):
@@ -214,28 +212,6 @@ def test_show_unknown_seq_fails(populated):
 # --- the flat objects/ of a journal written before its subdirectories ------------
 
 JR_INODE_XATTRS = 0x02      # journal/format.h
-
-
-def rewrite_file(path, salt, features, edit):
-    """Write the session or segment file PATH again as a writer of FEATURES
-    would have: the header's features patched, every record's (flags,
-    fields) through EDIT(frame), the hash chain and the crcs made again."""
-    header, frs = frames(path)
-    assert (frs[-1].end if frs else FILE_HDR) == os.path.getsize(path), "not all of it is records"
-    h = bytearray(header)
-    h[12:16] = struct.pack("<I", features)
-    h = header_with(bytes(h))
-    link = hashlib.blake2b(salt + h, digest_size=32).digest()
-    out = bytearray(h)
-    for fr in frs:
-        flags, fields = edit(fr)
-        body = struct.pack("<BBHIQq", fr.type, flags, len(fields), fr.txn, fr.seq, fr.time)
-        body += b"".join(struct.pack("<HI", tag, len(v)) + v for tag, v in fields)
-        link = hashlib.blake2b(link + body, digest_size=32).digest()
-        frame = struct.pack("<II", 0, len(body) + len(link)) + body + link
-        out += struct.pack("<I", frame_crc(salt, frame)) + frame[4:]
-    with open(path, "wb") as f:
-        f.write(out)
 
 
 def downgrade_to_flat_layout(sess, xattrs_of):

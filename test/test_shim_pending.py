@@ -10,6 +10,7 @@ posix_spawn's file actions, SCM_RIGHTS). Each is run under the shim,
 checked, rewound and compared with the whole tree (Shim.roundtrip).
 """
 import os
+import re
 import shutil
 import subprocess
 
@@ -26,9 +27,11 @@ def shim(populated):
 
 
 def content_records(sh):
-    """The paths of the session's content records."""
+    """The paths of the session's content records (a large file's parts,
+    "PATH (bytes A..B)", as PATH)."""
     log = sh.txreplay("log", sh.journal).stdout.splitlines()
-    return [line.split(b" content ", 1)[1].split(b"  ")[0] for line in log if b" content " in line]
+    return [re.sub(rb" \(bytes \d+\.\.\d+\)$", b"", line.split(b" content ", 1)[1].split(b"  ")[0])
+            for line in log if b" content " in line]
 
 
 C_WAYS = ["stdio", "_IO_fdopen", "dprintf", "stdout", "dupfd_onto_stdout", "aio", "lio", "mmap", "mmap_closed",

@@ -76,6 +76,7 @@ static void seg_path(char *out, size_t n, const struct jseg *g)
 }
 
 static void open_session(struct jsession *s, struct jseg *g);
+static void bare_session(uint32_t without);
 
 /* A session with one segment, both closed again. */
 static void made_session(void)
@@ -292,6 +293,87 @@ static void test_content_round_trips_stored_and_zlib(void **state)
 	jreader_close(&r);
 	jseg_close(&g);
 	jsession_close(&s);
+}
+
+/* jcap_range: a part inside the file, one running past its end (clipped),
+ * one from past its end (no bytes), undone in decreasing seq back to the
+ * original bytes and size; a session without JI_RANGES says -ENOTSUP. */
+static void test_range_parts_round_trip(void **state)
+{
+	enum { N = 300000 };
+	static uint8_t orig[N], back[N + 9000];
+	struct jsession s;
+	struct jseg g;
+	struct jreader r;
+	struct jrange want[3] = { { 4096, 8192, 0, 0, 0 }, { N - 1000, 5000, 0, 0, 0 }, { N + 20000, 50, 0, 0, 0 } };
+	char err[256], msg[512], path[400];
+	struct stat st;
+	int fd;
+
+	(void)state;
+	for (size_t i = 0; i < N; i++)
+		orig[i] = (uint8_t)(i * 7 + i / 300);
+	snprintf(path, sizeof(path), "%s/f", scratch);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0640);
+	assert_int_equal(write(fd, orig, N), N);
+	open_session(&s, &g);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(jcap_range(&g, 1, path, &want[i]), 0);
+		assert_true(want[i].saved);
+		memset(back, 'A' + i, sizeof(back));    /* what was saved, and past the end */
+		assert_int_equal(pwrite(fd, back, i ? 9000 : 8192, (off_t)want[i].off), i ? 9000 : 8192);
+	}
+	assert_int_equal(want[0].off, 4096);
+	assert_int_equal(want[0].len, 8192);
+	assert_int_equal(want[1].len, 1000);
+	assert_int_equal(want[1].size, N);
+	assert_int_equal(want[2].off, N + 8000);        /* the end the second write left */
+	assert_int_equal(want[2].len, 0);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_int_equal(jreader_open(&r, sdir(), err, sizeof(err)), 0);
+	size_t parts = 0;
+	for (size_t i = r.nrec; i-- > 0;) {
+		const struct jrecord *c = &r.rec[i];
+		uint64_t off;
+		if (c->type != J_CONTENT)
+			continue;
+		assert_true(c->flags & JR_RANGE);
+		assert_true(jrec_u64(c, F_OFFSET, &off));
+		assert_int_equal(off, want[2 - parts].off);
+		assert_int_equal(jundo(&r, c, msg, sizeof(msg)), 0);
+		parts++;
+	}
+	assert_int_equal(parts, 3);
+	jreader_close(&r);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_size, N);
+	assert_int_equal(pread(fd, back, sizeof(back), 0), N);
+	assert_memory_equal(back, orig, N);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	close(fd);
+}
+
+/* A session an older ftsbx made (no JI_RANGES): its readers know no
+ * parts, so none is written (the shim saves the whole file). */
+static void test_range_needs_its_feature(void **state)
+{
+	struct jsession s;
+	struct jseg g;
+	struct jrange want = { 0, 10, 0, 0, 0 };
+	char path[400];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/f", scratch);
+	close(open(path, O_RDWR | O_CREAT | O_TRUNC, 0600));
+	bare_session(JI_RANGES);
+	assert_int_equal(jsession_open(&s, sdir(), NULL), 0);
+	assert_int_equal(jseg_open(&g, &s, NULL), 0);
+	assert_int_equal(jcap_range(&g, 1, path, &want), -ENOTSUP);
+	assert_false(want.saved);
+	jseg_close(&g);
+	jsession_close(&s);
+	assert_reads_clean(1);          /* the segment's own record only */
 }
 
 /* Eight processes create the same session at once and write 2000 records
@@ -1596,6 +1678,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fork_child_of_a_mapped_writer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dedup_one_directory_past_its_page, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dedup_one_directory_many_generations, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_range_parts_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_range_needs_its_feature, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -872,10 +872,24 @@ static void put_field_text(FILE *f, const struct jrecord *c, enum jtag t)
 	put_escaped(f, c->f[t].p, c->f[t].n, false, 0);
 }
 
+/* A J_CONTENT of a part of its file (JR_RANGE): where the part starts
+ * and how many bytes it saved. */
+static bool range_of(const struct jrecord *c, uint64_t *from, uint64_t *len)
+{
+	const struct jfield *f = c->f[F_DATA].present ? &c->f[F_DATA] : &c->f[F_OBJECT];
+	struct jdata d;
+
+	if (!(c->flags & JR_RANGE) || !jrec_u64(c, F_OFFSET, from) || !f->present || f->n < sizeof(d))
+		return false;
+	memcpy(&d, f->p, sizeof(d));
+	*len = d.size;
+	return true;
+}
+
 /* The middle of a log line: what the record is about. */
 static void log_detail(const struct jrecord *c)
 {
-	uint64_t ref;
+	uint64_t ref, from, len;
 
 	switch (c->type) {
 	case J_SESSION: case J_SEGMENT: case J_TXN_BEGIN: case J_EXEC:
@@ -902,6 +916,8 @@ static void log_detail(const struct jrecord *c)
 		fputs(" -> ", stdout);
 		put_field_text(stdout, c, F_PATH2);
 	}
+	if (c->type == J_CONTENT && range_of(c, &from, &len))
+		printf(" (bytes %" PRIu64 "..%" PRIu64 ")", from, from + len);
 }
 
 static void describe_status(char *buf, size_t n, int32_t st)
@@ -947,7 +963,7 @@ static void log_json(const struct journal *j, const struct jrecord *c)
 {
 	struct jo o = { stdout, 0 };
 	struct jstat st;
-	uint64_t ref;
+	uint64_t ref, from, len;
 	bool has_st = jrec_stat(c, F_STAT, &st);
 
 	jo_uint(&o, "seq", c->seq);
@@ -981,6 +997,13 @@ static void log_json(const struct journal *j, const struct jrecord *c)
 		jo_null(&o, "mtime_ns");
 	}
 	jo_field(&o, "target", c, F_TARGET);
+	if (range_of(c, &from, &len)) {
+		jo_uint(&o, "range_offset", from);
+		jo_uint(&o, "range_bytes", len);
+	} else {
+		jo_null(&o, "range_offset");
+		jo_null(&o, "range_bytes");
+	}
 	jo_bool(&o, "weak", c->flags & JR_WEAK);
 	jo_str(&o, "segment", c->segment ? c->segment : "");
 	jo_uint(&o, "offset", c->offset);
@@ -1193,6 +1216,7 @@ static const struct tagdesc {
 	[F_SEQREF] = { "seqref", 8, show_u64 },
 	[F_HOST]   = { "host", 0, show_bytes },
 	[F_POLICY] = { "policy", 0, show_bytes },
+	[F_OFFSET] = { "offset", 8, show_u64 },
 };
 
 /* A present field of the size its tag has (F_DATA: at least its header). */
@@ -1217,8 +1241,9 @@ static void show_header(const struct jrecord *c)
 	printf("pid: %" PRIu32 "\nppid: %" PRIu32 "\n", rec_pid(c, F_PID), rec_pid(c, F_PPID));
 	printf("segment: %s\noffset: %" PRIu64 "\n", c->segment ? c->segment : "?", c->offset);
 	if (c->flags)
-		printf("record flags: %#x%s%s\n", c->flags, c->flags & JR_WEAK ? " (weak)" : "",
-		       c->flags & JR_INODE_XATTRS ? " (xattrs kept with the inode)" : "");
+		printf("record flags: %#x%s%s%s\n", c->flags, c->flags & JR_WEAK ? " (weak)" : "",
+		       c->flags & JR_INODE_XATTRS ? " (xattrs kept with the inode)" : "",
+		       c->flags & JR_RANGE ? " (a part of the file, from offset)" : "");
 }
 
 static void show_record(const struct journal *j, const struct jrecord *c)
@@ -1373,6 +1398,8 @@ static void verify_fields(struct vstate *v, const struct jrecord *c)
 	}
 	if (c->type == J_CONTENT && !has_content(c))
 		problem(v, c, "content record without saved content");
+	if ((c->flags & JR_RANGE) && (c->type != J_CONTENT || !c->f[F_OFFSET].present))
+		problem(v, c, "a part of a file (range) without its offset, or not a content record");
 	if ((c->flags & JR_INODE_XATTRS) && (c->type != J_REMOVE || !c->f[F_INODE].present))
 		problem(v, c, "xattrs said to be kept with an inode that the record does not keep");
 }

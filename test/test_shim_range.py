@@ -1,0 +1,317 @@
+"""A write into a large file saves only the part it changes (shim/pending.c,
+jcap_range: a J_CONTENT with JR_RANGE and its offset).
+
+sqlite's UPDATE of one row of a 30 MB database, dd conv=notrunc into an
+image, a program that patches a header of a big file: each saved the whole
+file at its first write. Now a file above 256 KiB saves the pages a write is
+about to change, once per process and transaction, and the rewind writes
+them back in decreasing seq, then cuts the file to the size it had. Every
+test compares the whole tree after the rewind (Shim.roundtrip), with
+random writes of every kind (write, pwrite, writev, pwritev, O_APPEND,
+ftruncate, a writable mapping, other processes and threads, several
+transactions) and with real programs.
+"""
+import json
+import os
+import random
+import shutil
+import struct
+
+import pytest
+
+from conftest import assert_same, rewrite_file, salt_of
+from test_shim_lib import PY, Shim, q
+
+MB = 1 << 20
+JI_RANGES = 0x40    # journal/format.h
+
+
+@pytest.fixture
+def shim(scratch):
+    return Shim(scratch)
+
+
+def records(sh, txn=None):
+    """The session's records as txreplay log --json has them."""
+    args = ["log", sh.journal, "--json"] + (["--txn", str(txn)] if txn else [])
+    return [json.loads(line) for line in sh.txreplay(*args).stdout.splitlines()]
+
+
+def parts(sh, name):
+    """The content records of the workspace file NAME: (offset, bytes) of
+    each part, None for a whole file."""
+    path = os.fsdecode(sh.p(name))
+    return [(r["range_offset"], r["range_bytes"]) if r["range_offset"] is not None else None
+            for r in records(sh) if r["op"] == "content" and r["path"] == path]
+
+
+def big(sh, name, size, seed=1):
+    """A file of SIZE bytes that compress a little, as a database's do."""
+    rnd = random.Random(seed)
+    words = [bytes(rnd.choice(b"abcdefghij") for _ in range(rnd.randint(1, 12))) for _ in range(500)]
+    data = bytearray()
+    while len(data) < size:
+        data += rnd.choice(words) + bytes([rnd.randrange(256)])
+    sh.write(name, bytes(data[:size]))
+
+
+# The driver: random writes through a descriptor opened O_RDWR, replayed
+# from a seed, so that a native run in another directory gives the state a
+# transaction left. Some steps are a child process's or a thread's.
+DRIVER = r'''
+import mmap, os, random, sys, threading
+path, seed, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rnd = random.Random(seed)
+fd = os.open(path, os.O_RDWR)
+
+def blob(n):
+    return bytes(rnd.randrange(256) for _ in range(min(n, 64))) * (n // 64 + 1)
+
+def step(fd, k):
+    size = os.fstat(fd).st_size
+    off = rnd.randrange(0, size + 9000)
+    n = rnd.choice([1, 100, 4096, 5000, 20000, 70000])
+    if k == 0:
+        os.pwrite(fd, blob(n)[:n], off)
+    elif k == 1:
+        os.lseek(fd, off, 0)
+        os.write(fd, blob(n)[:n])
+    elif k == 2:
+        os.pwritev(fd, [blob(n)[:n], b"-" * rnd.randrange(1, 3000)], off)
+    elif k == 3:
+        os.lseek(fd, off, 0)
+        os.writev(fd, [b"+" * rnd.randrange(1, 9000), blob(n)[:n]])
+    elif k == 4:
+        a = os.open(path, os.O_RDWR | os.O_APPEND)
+        os.write(a, blob(n)[:n])
+        os.pwrite(a, b"appended anyway", 0)     # O_APPEND: at the end
+        os.close(a)
+    elif k == 5:
+        os.ftruncate(fd, rnd.randrange(300000, size + 50000))
+    elif k == 6:
+        for i in range(rnd.randrange(2, 40)):   # a sequential writer
+            os.pwrite(fd, blob(512)[:512], off + 512 * i)
+    elif k == 7:
+        if size >= 8192:
+            with mmap.mmap(fd, 8192, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
+                m[100:110] = b"mapped!!!!"
+    elif k == 8:
+        os.fchmod(fd, rnd.choice([0o600, 0o640, 0o644]))
+
+def some(fd, n):
+    for _ in range(n):
+        step(fd, rnd.choice([0, 0, 1, 2, 3, 4, 5, 6, 6, 7, 8]))
+
+step(fd, 0)      # a part first: the rest may save the whole file
+for i in range(steps):
+    kind = rnd.randrange(10)
+    if kind == 0:
+        pid = os.fork()
+        if pid == 0:
+            some(fd, 3)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        rnd.random()
+    elif kind == 1:
+        t = threading.Thread(target=some, args=(fd, 2))
+        t.start()
+        t.join()
+    else:
+        some(fd, 1)
+os.close(fd)
+'''
+
+
+def drive(name, seed, steps):
+    """The driver's bash line: STEPS random steps on NAME from SEED."""
+    return b"%s -c %s %s %d %d" % (PY.encode(), q(DRIVER), name.encode(), seed, steps)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_writes_into_a_large_file_rewind_exactly(shim, seed):
+    """Random writes of every kind, from the process, a child and a thread,
+    in several transactions (the programs the shell runs; the last one is
+    the session's root, which bash execs, and its children tool calls of
+    their own): the rewind of the whole session gives back the tree."""
+    big(shim, "db.bin", 1 * MB + 12345, seed)
+    big(shim, "other.bin", 400000, seed + 100)
+    script = b"; ".join(drive(n, seed * 7 + i, 25) for i, n in enumerate(["db.bin", "other.bin", "db.bin"]))
+    shim.roundtrip(script)
+    ps = parts(shim, "db.bin")
+    assert any(p is not None for p in ps), ps
+
+
+def test_each_transaction_rewinds_to_the_state_it_started_from(shim, scratch):
+    """Two transactions write overlapping parts of one file; rewinding the
+    second alone gives the state the first left (the same driver run without
+    the shim), and then the first gives the start."""
+    big(shim, "db.bin", 2 * MB, 5)
+    start = shim.read("db.bin")
+    before = shim.snap()
+    shim.sh(drive("db.bin", 11, 30) + b"; " + drive("db.bin", 12, 30) + b"; true")   # bash execs no driver
+    txns = sorted({r["txn"] for r in records(shim) if r["op"] == "content"})
+    assert len(txns) == 2, txns
+    shim.txreplay("rewind", shim.journal, "--txn", str(txns[1]))
+    native = os.path.join(scratch.base, b"native")
+    os.makedirs(native)
+    with open(os.path.join(native, b"db.bin"), "wb") as f:
+        f.write(start)
+    shim.sh(b"cd %s && %s" % (native, drive("db.bin", 11, 30)), preload=False)
+    with open(os.path.join(native, b"db.bin"), "rb") as f:
+        assert shim.read("db.bin") == f.read()
+    shim.txreplay("rewind", shim.journal, "--txn", str(txns[0]))
+    assert_same(before, shim.snap())
+
+
+def sqlite_db(sh, name, mode):
+    """A 3 MB sqlite database in journal mode MODE, made without the shim."""
+    if not shutil.which("sqlite3"):
+        pytest.skip("no sqlite3")
+    sh.setup(b"sqlite3 %s 'pragma journal_mode=%s; create table t(k integer primary key, v); "
+             b"insert into t select value, randomblob(3000) from generate_series(1, 1000);' >/dev/null"
+             % (name.encode(), mode.encode()))
+
+
+@pytest.mark.parametrize("mode", ["delete", "wal", "truncate", "persist"])
+def test_sqlite_update_saves_the_pages_it_writes(shim, mode):
+    """An UPDATE of a few rows of a 3 MB database (each journal mode sqlite
+    has on disk) saves the pages sqlite writes, not the database: the
+    journal holds a small part of it, and the rewind gives back every
+    byte."""
+    sqlite_db(shim, "app.db", mode)
+    size = os.path.getsize(shim.p("app.db"))
+    shim.roundtrip(b"sqlite3 app.db 'update t set v = randomblob(3000) where k in (7, 500); "
+                   b"insert into t(v) values (zeroblob(100)); pragma wal_checkpoint;' >/dev/null")
+    ps = parts(shim, "app.db")
+    if mode == "wal":       # the checkpoint writes the database; the WAL is new
+        assert ps, "the checkpoint wrote no part"
+    assert ps and None not in ps, ps
+    saved = sum(n for _, n in ps)
+    assert saved < size / 10, (saved, size, ps)
+
+
+def test_a_sequential_writer_saves_growing_runs(shim):
+    """600 writes of 512 bytes one after another over the middle and past
+    the end of a 2 MB image (as dd conv=notrunc does; dd itself writes its
+    output as its stdout, which is saved whole: stdio writes past the
+    hooks), then 100 of 4 KiB elsewhere: the parts grow as the writer goes
+    on (not a record per write), and nothing of what lies past the old end
+    is saved."""
+    big(shim, "disk.img", 2 * MB, 3)
+    shim.roundtrip(b"%s -c %s" % (PY.encode(), q(
+        'import os\nfd = os.open("disk.img", os.O_WRONLY)\nos.lseek(fd, 2 * 1048576 - 100 * 512, 0)\n'
+        'for i in range(600):\n    os.write(fd, os.urandom(512))\n'
+        'for i in range(100):\n    os.pwrite(fd, bytes(4096), (100 + i) * 4096)\n')))
+    ps = parts(shim, "disk.img")
+    assert ps and None not in ps, ps
+    assert len(ps) < 30, ps
+    assert sum(n for _, n in ps) <= 100 * 512 + 100 * 4096 + 2 * RUN, ps
+
+
+RUN = 1 << 20       # pending.c's RANGE_RUN: how far a sequential writer's part grows
+
+
+def test_a_write_of_most_of_the_file_saves_it_whole(shim):
+    """A write that changes half the file or more, and a small file, save
+    the whole file once; later writes in the same transaction save
+    nothing more."""
+    big(shim, "a.bin", 600000, 1)
+    big(shim, "small.bin", 200000, 2)
+    shim.roundtrip(b"%s -c 'import os\nfd = os.open(\"a.bin\", os.O_RDWR)\nos.pwrite(fd, b\"x\" * 400000, 0)\n"
+                   b"os.pwrite(fd, b\"y\" * 10, 500000)\nfd = os.open(\"small.bin\", os.O_RDWR)\n"
+                   b"os.pwrite(fd, b\"z\", 5)\n'" % PY.encode())
+    assert parts(shim, "a.bin") == [None] and parts(shim, "small.bin") == [None]
+
+
+def test_a_hard_linked_large_file_saves_each_part(shim):
+    """A file with a second name records each change (no dedup by path):
+    its parts are saved at every write, and the rewind is exact through
+    either name."""
+    big(shim, "a.bin", MB, 4)
+    os.link(shim.p("a.bin"), shim.p("b.bin"))
+    shim.roundtrip(b"%s -c 'import os\nfd = os.open(\"a.bin\", os.O_RDWR)\nos.pwrite(fd, b\"x\" * 10, 4000)\n"
+                   b"g = os.open(\"b.bin\", os.O_RDWR)\nos.pwrite(g, b\"y\" * 10, 800000)\n"
+                   b"os.pwrite(fd, b\"z\" * 10, 4001)\n'" % PY.encode())
+    assert parts(shim, "a.bin") and None not in parts(shim, "a.bin") + parts(shim, "b.bin")
+
+
+def test_a_session_without_parts_saves_whole_files(shim):
+    """A session made by an ftsbx that knew no parts (no JI_RANGES in its
+    header) gets whole files, which its readers know."""
+    big(shim, "a.bin", MB, 6)
+    shim.sh(b"true")
+    sess = os.path.join(shim.journal, b"session")
+    with open(sess, "rb") as f:
+        incompat = struct.unpack_from("<I", f.read(32), 12)[0]
+    assert incompat & JI_RANGES, hex(incompat)
+    rewrite_file(sess, salt_of(shim.journal), incompat & ~JI_RANGES, lambda fr: (fr.flags, fr.fields))
+    assert not os.path.exists(os.path.join(shim.journal, b"log"))
+    shim.roundtrip(b"%s -c 'import os\nfd = os.open(\"a.bin\", os.O_RDWR)\nos.pwrite(fd, b\"x\" * 10, 4000)\n'"
+                   % PY.encode())
+    assert parts(shim, "a.bin") == [None]
+
+
+def test_a_part_the_journal_cannot_save_refuses_the_write(shim):
+    """The journal's log/ removed under a running program: a child's first
+    write into a large file (the child needs a segment of its own) is
+    refused (EIO), as is the next, and the file is unchanged."""
+    big(shim, "a.bin", MB, 7)
+    before = shim.read("a.bin")
+    proc, out, err = shim.run_with_log_removed(
+        'import os\nfd = os.open("a.bin", os.O_RDWR)\n' + Shim.LOG_MADE_THEN_WAIT +
+        'if os.fork() == 0:\n'
+        '    for off in (5000, 900000):\n'
+        '        try:\n            os.pwrite(fd, b"x" * 10, off)\n            print("written", flush=True)\n'
+        '        except OSError as e:\n            print("refused", e.errno, flush=True)\n'
+        '    os._exit(0)\n'
+        'os.wait()\n')
+    assert out.splitlines() == [b"refused 5", b"refused 5"], (out, err)
+    assert b"cannot journal" in err, err
+    assert shim.read("a.bin") == before
+
+
+def test_a_part_not_saved_of_a_file_another_program_removed_is_refused(shim):
+    """Another program removes the file (its inode kept as that removal's
+    pre-image) while this one holds it open: a write into a part this
+    process saved goes on (its record comes first, and the rewind puts the
+    bytes back into the kept inode's place), one into a part it did not is
+    refused (EACCES: it would change the kept copy unrecorded)."""
+    big(shim, "a.bin", MB, 8)
+    script = ('import os, subprocess\nfd = os.open("a.bin", os.O_RDWR | os.O_CLOEXEC)\n'
+              'os.pwrite(fd, b"x" * 10, 5000)\n'
+              'subprocess.run(["rm", "a.bin"], check=True)\n'
+              'os.pwrite(fd, b"y" * 10, 5010)\n'
+              'try:\n    os.pwrite(fd, b"z" * 10, 700000)\nexcept OSError as e:\n    print("refused", e.errno)\n')
+    before = shim.snap()
+    proc = shim.sh(b"%s -c %s; true" % (PY.encode(), q(script)), refusals_ok=True)
+    assert proc.stdout == b"refused 13\n", proc
+    shim.rewind()
+    assert_same(before, shim.snap())
+
+
+def test_the_log_shows_the_part(shim):
+    """txreplay log names the bytes a part holds, show its offset, and
+    verify checks its content."""
+    big(shim, "a.bin", MB, 9)
+    shim.sh(b"%s -c 'import os\nfd = os.open(\"a.bin\", os.O_RDWR)\nos.pwrite(fd, b\"x\" * 10, 5000)\n'"
+            % PY.encode())
+    log = shim.txreplay("log", shim.journal).stdout
+    assert b"a.bin (bytes 4096..8192)" in log, log
+    seq = next(r["seq"] for r in records(shim) if r["op"] == "content")
+    show = shim.txreplay("show", shim.journal, str(seq)).stdout
+    assert b"offset: 4096" in show and b"a part of the file" in show, show
+    content = shim.txreplay("show", shim.journal, str(seq), "--content").stdout
+    assert len(content) == 4096
+    assert b"4 pre-images checked" in shim.verify().stdout or b"pre-images checked" in shim.verify().stdout
+
+
+def test_a_large_part_is_kept_as_an_object(shim):
+    """A part above 256 KiB goes to objects/ as a gzip file, as a large
+    whole file does; the rewind reads it back from there."""
+    big(shim, "a.bin", 2 * MB, 10)
+    shim.roundtrip(b"%s -c 'import os\nfd = os.open(\"a.bin\", os.O_RDWR)\nos.pwrite(fd, os.urandom(300000), 70000)\n'"
+                   % PY.encode())
+    assert parts(shim, "a.bin") == [(69632, 303104)]     # the pages 17..90 it writes into
+    objs = [n for _, _, names in os.walk(os.path.join(shim.journal, b"objects")) for n in names]
+    assert len(objs) == 1 and objs[0].endswith(b".gz"), objs
+
