@@ -118,7 +118,9 @@ HIDDEN void pend_drop_range(unsigned lo, unsigned hi)
 }
 
 /* The read descriptor a capture through FD reads the pre-image from
- * (jcap_read_through): FD itself where it reads; for a write-only one, a
+ * (jcap_read_through): FD itself where it reads; for a write-only one, or
+ * one opened O_DIRECT (whose reads must be aligned to the device's blocks,
+ * which a file's last bytes are not: EINVAL), a
  * read-only descriptor of the same file, kept open (parked) until FD is
  * closed, since its close would drop the process's POSIX locks on the
  * file as an open and close of the path would. -1: none (the capture opens
@@ -136,7 +138,7 @@ HIDDEN int pend_reader(int fd)
 
 	if (fl < 0)
 		return -1;
-	if ((fl & O_ACCMODE) != O_WRONLY)
+	if ((fl & O_ACCMODE) != O_WRONLY && !(fl & O_DIRECT))
 		return fd;
 	if ((unsigned)fd >= PEND_N || txn_vfork_child())
 		return -1;
