@@ -638,7 +638,14 @@ static int pre_image(struct jsession *s, int fd, bool part, uint64_t off, uint64
  * read_lent: the one open_pre lent last. */
 #define TLS_IE __attribute__((tls_model("initial-exec")))
 static __thread int read_through TLS_IE = -1, read_lent TLS_IE = -1;
+/* the length this thread's next JC_TRUNC captures cut to (jcap_cut_to) */
+static __thread uint64_t cut_to TLS_IE = JCUT_ANY;
 static __thread int (*read_reader)(int fd) TLS_IE;
+
+void jcap_cut_to(uint64_t len)
+{
+	cut_to = len;
+}
 
 void jcap_read_through(int fd, int (*reader)(int fd))
 {
@@ -1097,6 +1104,46 @@ int jcap_content(struct jseg *g, uint32_t txn, const char *path)
 	return once(g, txn, path, dedup_generation(g->s), DL_FULL, rec_content, NULL);
 }
 
+/* A cut of PATH to ARG (a uint64_t: cut_to) bytes: J_APPEND where the
+ * file, as this lstat finds it and records it, is no longer (SIZED), else
+ * its content. Decided on the very stat recorded: a writer through a
+ * descriptor opened before (no lock held) may make it longer meanwhile,
+ * and a J_APPEND of a size the cut then goes below cannot be undone. */
+#define SIZED 2
+static int rec_cut(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+{
+	struct stat st;
+	struct rec r = { .type = J_APPEND, .path = path, .st = &st, .xattrs = XA_PATH };
+	int err;
+
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || *(const uint64_t *)arg < (uint64_t)st.st_size)
+		return rec_content(g, txn, path, NULL);
+	err = emit(g, txn, &r, 0);
+	return err ? err : SIZED;
+}
+
+/* rec_cut once per transaction (ALWAYS: each time, a file with other
+ * names); a J_APPEND marks the size level only. */
+static int cut(struct jseg *g, uint32_t txn, const char *path, bool always_)
+{
+	struct dclaim c;
+	int err;
+
+	if (always_) {
+		err = rec_cut(g, txn, path, &cut_to);
+		return err == SIZED || err == SKIPPED ? 0 : err;
+	}
+	if (dedup_claim(g->s, txn, dedup_generation(g->s), path, DL_FULL, &c))
+		return 0;
+	err = rec_cut(g, txn, path, &cut_to);
+	if (err == SIZED)
+		c.level = DL_APPEND;
+	dedup_done(&c, err == 0 || err == SIZED);
+	return err == SIZED || err == SKIPPED ? 0 : err;
+}
+
 /* J_CONTENT of the part of PATH that ARG (a struct jrange) names, as the
  * file is now: its bytes up to where it ends, its whole stat. */
 static int rec_range(struct jseg *g, uint32_t txn, const char *path, const void *arg)
@@ -1479,6 +1526,8 @@ static int always(struct jseg *g, uint32_t txn, const char *path, capture_fn fn,
 static int capture_present(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,
 			   const struct stat *st)
 {
+	if (op == JC_TRUNC && S_ISREG(st->st_mode) && cut_to != JCUT_ANY)
+		return cut(g, txn, path, st->st_nlink > 1);
 	if (S_ISREG(st->st_mode) && st->st_nlink > 1 && op != JC_REMOVE)
 		return always(g, txn, path, op == JC_META ? rec_meta : op == JC_APPEND ? rec_append : rec_content,
 			      &strong);

@@ -267,6 +267,12 @@ enum jcap_op { JC_WRITE, JC_TRUNC, JC_APPEND, JC_REMOVE, JC_META,
  * path is opened then), and is asked only when bytes are read. FD -1: open
  * the path again. */
 void jcap_read_through(int fd, int (*reader)(int fd));
+/* This thread's next JC_TRUNC captures are of a cut (truncate,
+ * ftruncate) to LEN bytes: a regular file no longer than LEN, as the
+ * capture finds it under its path's lock, needs only its size (J_APPEND).
+ * JCUT_ANY (the default, which the caller sets again after): any. */
+#define JCUT_ANY UINT64_MAX
+void jcap_cut_to(uint64_t len);
 int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op);
 /* The same, KNOWN being PATH's lstat just taken (st_mode 0: absent). */
 int jcap_path_known(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,

@@ -368,6 +368,18 @@ static int begin_change(const char *p, bool lock, struct jseg **g)
 /* KNOWN: P's lstat, taken while P's locks were held; NULL: look again. */
 /* The part a JC_RANGE capture is of (pre_fd_range): this thread's. */
 static __thread struct jrange *range_want __attribute__((tls_model("initial-exec")));
+/* A JC_TRUNC check is of a cut to this length (pre_cut), -1: any. */
+static __thread off_t cutting __attribute__((tls_model("initial-exec"))) = -1;
+
+/* The next JC_TRUNC checks of this thread are of a cut to N (-1: any,
+ * which the caller sets again after): the journal records only the size
+ * of a file that N makes no shorter (jcap_cut_to), and the answer this
+ * thread keeps is of a size only. */
+HIDDEN void pre_cut(off_t n)
+{
+	cutting = n;
+	jcap_cut_to(n < 0 ? JCUT_ANY : (uint64_t)n);
+}
 
 static int capture(const char *p, enum jcap_op op, bool lock, const struct stat *known)
 {
@@ -610,6 +622,18 @@ static bool lock_first(const char *p)
 	return true;
 }
 
+/* Hold the locks of the path FD's file has (its cached name) until
+ * shim_unlock: a write at a descriptor's offset reads the offset and
+ * writes there with no other writer of the file, in this process or
+ * another sharing the descriptor, moving it in between (pending.c). */
+HIDDEN void shim_lock_fd(int fd)
+{
+	char p[PATH_MAX];
+
+	if (!held.n && shim.session_open && path_fd(p, fd) == 0)
+		lock_first(p);
+}
+
 /* A regular file with other names (ST: its lstat, 0 mode if none): a
  * change made through an untracked name of it (a cache's: ln ws/f
  * ~/.cache/x) is a change of its other names too, which may be the
@@ -667,7 +691,7 @@ static int check(const char *opname, char p[PATH_MAX], enum jcap_op op, bool fol
 		return refuse_unjournaled(p, err);
 	if ((mode != S_IFREG || st.st_nlink < 2) &&    /* each change of those is recorded */
 	    (op != JC_RANGE || range_want->whole))     /* a part answers no later check */
-		seen_end(p, op == JC_RANGE ? JC_WRITE : op, mode, gen);
+		seen_end(p, op == JC_RANGE ? JC_WRITE : op == JC_TRUNC && cutting >= 0 ? JC_APPEND : op, mode, gen);
 	return 0;
 }
 
@@ -731,7 +755,7 @@ HIDDEN bool inode_flags_request(unsigned long req)
 
 /* N bytes at ARG, read as the kernel will: a bad pointer fails the call,
  * not the shim. */
-static bool user_bytes(const void *arg, void *v, size_t n)
+HIDDEN bool user_bytes(const void *arg, void *v, size_t n)
 {
 	struct iovec mine = { v, n }, theirs = { (void *)arg, n };
 

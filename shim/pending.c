@@ -339,8 +339,10 @@ static struct rfile *rfile_of(dev_t dev, ino_t ino, const struct rkey *k, bool m
 		f->n = 0;       /* saved in another transaction, or before a turn */
 	if (!make)
 		return f && f->n ? f : NULL;
-	if (!f)
+	if (!f) {
 		f = &rfile[rfile_next++ % RF_N];
+		f->n = 0;       /* another file's, forgotten */
+	}
 	if (!f->n) {
 		f->dev = dev;
 		f->ino = ino;
@@ -404,7 +406,7 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 	uint64_t lo, hi, run;
 	sigset_t old;
 	bool keyed, covered;
-	int err, fl;
+	int err;
 
 	if (!pend_has(fd) || txn_vfork_child())
 		return 0;
@@ -412,12 +414,16 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 		pend_clear(fd);         /* closed past the hooks: another file now */
 		return 0;
 	}
-	if (!range_fits(&st, len) || (fl = fcntl(fd, F_GETFL)) < 0)
+	if (!range_fits(&st, len))
 		return pend_take(fd);
-	if (fl & O_APPEND)
-		off = st.st_size;       /* pwrite too writes at the end */
-	else if (off < 0 && (off = lseek(fd, 0, SEEK_CUR)) < 0)
-		return pend_take(fd);
+	/* (an O_APPEND descriptor's bytes, pwrite's too, land at the end,
+	 * which the record's size covers: what it saves at OFF is more than
+	 * needed, never less) */
+	if (off < 0) {
+		shim_lock_fd(fd);       /* no other writer moves the offset until the write */
+		if ((off = lseek(fd, 0, SEEK_CUR)) < 0)
+			return pend_take(fd);
+	}
 	lo = (uint64_t)off & ~(uint64_t)(RANGE_PAGE - 1);
 	hi = ((uint64_t)off + len + RANGE_PAGE - 1) & ~(uint64_t)(RANGE_PAGE - 1);
 	keyed = rkey_now(&k);
@@ -473,21 +479,24 @@ static int pend_before_range(int fd, off_t off, uint64_t len)
 }
 
 /* ftruncate's check (hooks.def): a file it makes longer needs only its
- * old size (J_APPEND: undo cuts it there); one it cuts, the bytes cut off,
- * a part of a large file. */
+ * old size (J_APPEND: undo cuts it there; the journal decides under the
+ * path's lock, jcap_cut_to: another writer may make it longer first);
+ * a large one it cuts by less than half, the bytes from N on (to its end
+ * as the capture finds it). */
 HIDDEN int pre_ftruncate(int fd, off_t n)
 {
 	struct stat st;
-	struct jrange want = { .off = (uint64_t)n };
+	struct jrange want = { .off = (uint64_t)n, .len = UINT64_MAX - (uint64_t)n };
 	int err;
 
 	if (n < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return pre_fd(fd, JC_TRUNC);    /* fails alike, or no file to cut */
-	if (n >= st.st_size)
-		return pre_fd(fd, JC_APPEND);
-	if (!range_fits(&st, (uint64_t)(st.st_size - n)))
-		return pre_fd(fd, JC_TRUNC);
-	want.len = (uint64_t)(st.st_size - n);
+	if (n >= st.st_size || !range_fits(&st, (uint64_t)(st.st_size - n))) {
+		pre_cut(n);
+		err = pre_fd(fd, JC_TRUNC);
+		pre_cut(-1);
+		return err;
+	}
 	err = pre_fd_range(fd, &st, &want);
 	if (!err && want.whole && pend_has(fd)) {
 		pend_clear(fd);
@@ -496,24 +505,34 @@ HIDDEN int pre_ftruncate(int fd, off_t n)
 	return err;
 }
 
-/* truncate's: a path it makes longer needs only its old size. */
+/* truncate's: a file it makes longer needs only its old size. */
 HIDDEN int pre_truncate(const char *path, off_t n)
 {
-	struct stat st;
-	char p[PATH_MAX];
+	int err;
 
-	if (n >= 0 && path && path_abs(p, AT_FDCWD, path) == 0 && stat(p, &st) == 0 && S_ISREG(st.st_mode) &&
-	    n >= st.st_size)
-		return pre_path(AT_FDCWD, path, JC_APPEND, 1);
-	return pre_path(AT_FDCWD, path, JC_TRUNC, 1);
+	pre_cut(n);
+	err = pre_path(AT_FDCWD, path, JC_TRUNC, 1);
+	pre_cut(-1);
+	return err;
 }
 
+/* The bytes N iovecs at V write, read as the kernel will (a bad pointer
+ * fails the call, not the shim); UINT64_MAX where they cannot be read or N
+ * is out of range: the whole file is saved then, if the call goes on. */
 static uint64_t iov_bytes(const struct iovec *v, int n)
 {
+	struct iovec part[64];
 	uint64_t sum = 0;
 
-	for (int i = 0; v && i < n; i++)
-		sum += v[i].iov_len;
+	if (n < 0 || n > IOV_MAX)
+		return UINT64_MAX;
+	for (int i = 0; i < n; i += 64) {
+		int k = n - i < 64 ? n - i : 64;
+		if (!user_bytes(v + i, part, (size_t)k * sizeof(*part)))
+			return UINT64_MAX;
+		for (int j = 0; j < k; j++)
+			sum = part[j].iov_len > UINT64_MAX - sum ? UINT64_MAX : sum + part[j].iov_len;
+	}
 	return sum;
 }
 

@@ -199,6 +199,9 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st);
 HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st);
 HIDDEN int pre_fd_range(int fd, const struct stat *st, struct jrange *want);
 HIDDEN int pre_ftruncate(int fd, off_t n);     /* pending.c */
+HIDDEN void pre_cut(off_t n);
+HIDDEN void shim_lock_fd(int fd);
+HIDDEN bool user_bytes(const void *arg, void *v, size_t n);
 HIDDEN int pre_truncate(const char *path, off_t n);
 HIDDEN int pre_setfl(int fd, int newfl);
 HIDDEN int pre_ioctl(int fd, unsigned long req, const void *arg);   /* inode flags */

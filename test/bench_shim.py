@@ -71,14 +71,18 @@ def alternate(op, n, target, env_of):
 
 
 def micro(tmp):
-    target = os.path.join(tmp, "file")
+    target, large = os.path.join(tmp, "file"), os.path.join(tmp, "large")
     with open(target, "wb") as f:
         f.write(b"x" * 8192)
-    for op, n, label in (("open", 40000, "read-only open+close"), ("stat", 40000, "stat"),
-                         ("read", 40000, "pread 4 KiB"), ("write", 40000, "pwrite 4 KiB (O_RDWR)"),
-                         ("spawn", 60, "exec of /bin/true (posix_spawn+wait)"),
-                         ("forkexec", 60, "fork+exec of /bin/true (as a shell runs one)")):
-        plain, shim = alternate(op, n, target, lambda r: shim_env(os.path.join(tmp, f"j-{op}-{r}")))
+    with open(large, "wb") as f:      # above 256 KiB: a write saves the page it changes
+        f.write(b"x" * (1 << 20))
+    for op, n, label, path in (("open", 40000, "read-only open+close", target), ("stat", 40000, "stat", target),
+                               ("read", 40000, "pread 4 KiB", target),
+                               ("write", 40000, "pwrite 4 KiB (O_RDWR)", target),
+                               ("write", 40000, "pwrite 4 KiB into a 1 MB file (its page saved once)", large),
+                               ("spawn", 60, "exec of /bin/true (posix_spawn+wait)", target),
+                               ("forkexec", 60, "fork+exec of /bin/true (as a shell runs one)", target)):
+        plain, shim = alternate(op, n, path, lambda r: shim_env(os.path.join(tmp, f"j-{op}-{len(path)}-{r}")))
         unit = "us" if op in ("spawn", "forkexec") else "ns"
         micro_row(label, plain, shim, unit, 1000.0 if unit == "us" else 1.0)
     confinement(tmp, target)

@@ -340,3 +340,81 @@ def test_o_direct_writes_are_saved(shim):
     proc = shim.roundtrip(b"%s -c %s" % (PY.encode(), q(DIRECT)))
     assert proc.stdout == b"8192\n8192\n", proc
     assert parts(shim, "small.bin") == [None] and parts(shim, "a.bin") == [(8192, 8192)]
+
+
+SHARED_OFFSET = """
+import os, sys, threading
+fd = os.open("big.bin", os.O_RDWR)
+def run(k):
+    for i in range(48):
+        os.write(fd, bytes([65 + k]) * 4096)
+ts = [threading.Thread(target=run, args=(k,)) for k in range(12)]
+for t in ts: t.start()
+for t in ts: t.join()
+if os.fork() == 0:
+    for i in range(40):
+        os.write(fd, b"c" * 3000)
+    os._exit(0)
+for i in range(40):
+    os.write(fd, b"p" * 3000)
+os.wait()
+"""
+
+
+def test_writers_sharing_one_offset(shim):
+    """Threads, and a child, write() through one descriptor: each write's
+    offset is read under the file's lock, so no other writer moves it
+    between the read and the write (the page saved was not the page
+    written)."""
+    big(shim, "big.bin", 8 * MB, 12)
+    shim.roundtrip(b"%s -c %s" % (PY.encode(), q(SHARED_OFFSET)))
+    assert None not in parts(shim, "big.bin")
+
+
+def test_more_large_files_than_the_table_holds(shim):
+    """Nine and more large files written in turn: a file that takes over
+    another's slot starts with no parts saved (it took the other's)."""
+    big(shim, "f0.bin", 2000000, 0)
+    for i in range(1, 10):
+        big(shim, f"f{i}.bin", 300000 + 1000 * i, i)
+    shim.roundtrip(b"%s -c %s" % (PY.encode(), q(
+        'import os\nfds = [os.open("f%d.bin" % i, os.O_RDWR) for i in range(10)]\n'
+        'for r in range(3):\n    for i in range(10):\n        os.pwrite(fds[i], b"x" * 10, 50000 * r + 7)\n'
+        'os.pwrite(fds[0], b"y" * 10, 1000000)\n')))
+
+
+BAD_IOVEC = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name in ("a.bin", "small.bin"):
+    fd = os.open(name, os.O_RDWR)
+    for v, n in ((0x1000, 1), (0x1000, 100000000), (None, 2)):
+        r = libc.writev(fd, ctypes.c_void_p(v), n)
+        print(name, r, ctypes.get_errno())
+"""
+
+
+def test_a_bad_iovec_fails_the_call_not_the_program(shim):
+    """writev with an iovec array the kernel cannot read (EFAULT) or too
+    many of them (EINVAL): the call fails as it does natively, and the
+    shim, which reads the array to know which bytes change, does not
+    crash."""
+    big(shim, "a.bin", MB, 13)
+    shim.write("small.bin", b"s" * 100)
+    native = shim.sh(b"%s -c %s" % (PY.encode(), q(BAD_IOVEC)), preload=False).stdout
+    assert native.split(b"\n")[0] == b"a.bin -1 14", native
+    assert shim.sh(b"%s -c %s" % (PY.encode(), q(BAD_IOVEC))).stdout == native
+
+
+
+def test_a_cut_that_races_a_growing_write(shim):
+    """ftruncate to a length past the end while another thread writes past
+    it (test/hostile/growcut.c, 24 files, the cut a little later each
+    time): whether the file grows or is cut is decided on the size the
+    record saves, under the file's lock (an fstat before the lock saw a
+    shorter file, the record saved a longer one's size, the cut went below
+    it, and the rewind failed)."""
+    exe = shim.gcc("growcut", "growcut.c", flags=("-pthread",))
+    for i in range(24):
+        big(shim, f"g{i}.bin", MB, 20 + i)
+    shim.roundtrip(b"%s 24" % exe)
