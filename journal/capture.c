@@ -1290,6 +1290,81 @@ static bool dir_each(int fd, bool (*each)(const char *name, void *arg), void *ar
 	return n == 0;
 }
 
+/* ---- a kept inode's name in objects/ ------------------------------------- */
+
+/* How many subdirectories of objects/ jkept_object looks in, the newest
+ * first: the removal a program writes after is a recent one. */
+#define KEPT_SCAN 32
+
+struct kfind {
+	int dirfd;
+	dev_t dev;
+	ino_t ino;
+	char name[256];
+	uint64_t top;
+	bool any;
+};
+
+static bool newest_dir(const char *name, void *arg)
+{
+	struct kfind *k = arg;
+	uint64_t v = 0;
+	const char *c = name;
+
+	for (; *c >= '0' && *c <= '9' && v < UINT64_MAX / 10; c++)
+		v = v * 10 + (uint64_t)(*c - '0');
+	if (c != name && !*c && (!k->any || v > k->top)) {
+		k->top = v;
+		k->any = true;
+	}
+	return true;
+}
+
+static bool same_inode(const char *name, void *arg)
+{
+	struct kfind *k = arg;
+	size_t n = strlen(name);
+	struct stat st;
+
+	if (n < 5 || n >= sizeof(k->name) || strcmp(name + n - 4, ".ino") ||
+	    fstatat(k->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != k->dev || st.st_ino != k->ino)
+		return true;
+	memcpy(k->name, name, n + 1);
+	return false;
+}
+
+int jkept_object(struct jsession *s, dev_t dev, ino_t ino, char out[PATH_MAX])
+{
+	struct kfind k = { .dev = dev, .ino = ino };
+	int top = openat(s->dirfd, "objects", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int err = -ENOENT;
+
+	if (top < 0)
+		return -ENOENT;
+	if (!(s->features & JI_OBJDIRS)) {
+		k.dirfd = top;
+		if (!dir_each(top, same_inode, &k) && k.name[0])
+			err = snprintf(out, PATH_MAX, "objects/%s", k.name) < PATH_MAX ? 0 : -ENAMETOOLONG;
+		close(top);
+		return err;
+	}
+	dir_each(top, newest_dir, &k);
+	for (uint64_t d = k.top, n = 0; k.any && n < KEPT_SCAN && err == -ENOENT; d--, n++) {
+		char sub[JOBJ_NAME_MAX];
+
+		jobject_dir(sub, d);
+		k.dirfd = openat(top, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (k.dirfd >= 0 && !dir_each(k.dirfd, same_inode, &k) && k.name[0])
+			err = snprintf(out, PATH_MAX, "objects/%s/%s", sub, k.name) < PATH_MAX ? 0 : -ENAMETOOLONG;
+		if (k.dirfd >= 0)
+			close(k.dirfd);
+		if (!d)
+			break;
+	}
+	close(top);
+	return err;
+}
+
 static bool dot_or_dotdot(const char *name, void *arg)
 {
 	(void)arg;

@@ -1159,11 +1159,47 @@ HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st)
 	return pre_pending_at_op(p, st, JC_WRITE);
 }
 
+/* A part of the removed file that the journal keeps as the pre-image of
+ * another process's removal, P the descriptor's name for it (its object,
+ * objects/D/S.ino, where the removal moved it there; else "NAME
+ * (deleted)", a hard link kept it, whose object is looked for by its
+ * inode, ST's): saved under the object's name, so that its undo (a higher
+ * seq than the removal's) puts the bytes back into the kept inode before
+ * the removal's undo brings the inode back to its name. A process that
+ * wrote a part before the removal writes on, as it would into a file
+ * nobody removed. */
+static int kept_range(const char *p, const struct stat *st)
+{
+	char obj[PATH_MAX], rel[PATH_MAX];
+	struct jseg *g;
+	int err = shim_segment(&g);
+
+	if (err)
+		return refuse_unjournaled(p, journal_err(err));
+	if (!kept_inode(p)) {
+		if (jkept_object(&shim.s, st->st_dev, st->st_ino, rel) ||
+		    (size_t)snprintf(obj, sizeof(obj), "%s/%s", shim.journal, rel) >= sizeof(obj)) {
+			shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
+			return EACCES;
+		}
+		p = obj;
+	}
+	lock_paths(g, p, NULL);
+	err = jcap_range(g, shim_txn(), p, range_want);
+	if (err == -ENOTSUP) {          /* a session without parts */
+		shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
+		return EACCES;
+	}
+	return err ? refuse_unjournaled(p, err) : 0;
+}
+
 static int pre_pending_at_op(char p[PATH_MAX], const struct stat *st, enum jcap_op op)
 {
 	if (kept_inode(p) || named_deleted(p)) {
 		if (!st->st_nlink)
 			return 0;
+		if (op == JC_RANGE)
+			return kept_range(p, st);
 		shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
 		return EACCES;
 	}
