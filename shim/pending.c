@@ -174,23 +174,41 @@ HIDDEN void pend_unpark(unsigned lo, unsigned hi)
 /* Inside a hook: take FD's pre-image if it is pending. 0, or the errno
  * that refuses the write (FD stays pending). The path locks the capture
  * took stay held for the caller's real call (shim_unlock after). */
+/* FD's file (ST) while FD is pending: an fstat finds out a number closed
+ * past the hooks and reused for another file, whose mark goes. */
+static bool pend_stat(int fd, struct stat *st)
+{
+	if (!pend_has(fd) || txn_vfork_child())
+		return false;
+	if (fstat(fd, st) < 0 || st->st_dev != pend_id[fd].dev || st->st_ino != pend_id[fd].ino) {
+		pend_clear(fd);
+		return false;
+	}
+	return true;
+}
+
+/* FD's whole file (ST) is saved: nothing more to wait for, through it or
+ * its mappings. */
+static void pend_done(int fd, const struct stat *st)
+{
+	pend_clear(fd);
+	mapped_forget(st->st_dev, st->st_ino);
+}
+
+static int pend_take_whole(int fd, const struct stat *st)
+{
+	int err = pre_fd_pending(fd, st);
+
+	if (!err)
+		pend_done(fd, st);
+	return err;
+}
+
 HIDDEN int pend_take(int fd)
 {
 	struct stat st;
-	int err;
 
-	if (!pend_has(fd) || txn_vfork_child())
-		return 0;
-	if (fstat(fd, &st) < 0 || st.st_dev != pend_id[fd].dev || st.st_ino != pend_id[fd].ino) {
-		pend_clear(fd);         /* closed past the hooks: another file now */
-		return 0;
-	}
-	err = pre_fd_pending(fd, &st);
-	if (!err) {
-		pend_clear(fd);
-		mapped_forget(st.st_dev, st.st_ino);    /* its mappings need nothing more */
-	}
-	return err;
+	return pend_stat(fd, &st) ? pend_take_whole(fd, &st) : 0;
 }
 
 /* Inside a hook: take this process's pending descriptors of the file
@@ -408,21 +426,17 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 	bool keyed, covered;
 	int err;
 
-	if (!pend_has(fd) || txn_vfork_child())
+	if (!pend_stat(fd, &st))
 		return 0;
-	if (fstat(fd, &st) < 0 || st.st_dev != pend_id[fd].dev || st.st_ino != pend_id[fd].ino) {
-		pend_clear(fd);         /* closed past the hooks: another file now */
-		return 0;
-	}
 	if (!range_fits(&st, len))
-		return pend_take(fd);
+		return pend_take_whole(fd, &st);
 	/* (an O_APPEND descriptor's bytes, pwrite's too, land at the end,
 	 * which the record's size covers: what it saves at OFF is more than
 	 * needed, never less) */
 	if (off < 0) {
 		shim_lock_fd(fd);       /* no other writer moves the offset until the write */
 		if ((off = lseek(fd, 0, SEEK_CUR)) < 0)
-			return pend_take(fd);
+			return pend_take_whole(fd, &st);
 	}
 	lo = (uint64_t)off & ~(uint64_t)(RANGE_PAGE - 1);
 	hi = ((uint64_t)off + len + RANGE_PAGE - 1) & ~(uint64_t)(RANGE_PAGE - 1);
@@ -441,8 +455,7 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 	if (err)
 		return err;
 	if (want.whole) {               /* saved whole after all */
-		pend_clear(fd);
-		mapped_forget(st.st_dev, st.st_ino);
+		pend_done(fd, &st);
 		return 0;
 	}
 	if (!keyed && !rkey_now(&k))
@@ -498,10 +511,8 @@ HIDDEN int pre_ftruncate(int fd, off_t n)
 		return err;
 	}
 	err = pre_fd_range(fd, &st, &want);
-	if (!err && want.whole && pend_has(fd)) {
-		pend_clear(fd);
-		mapped_forget(st.st_dev, st.st_ino);
-	}
+	if (!err && want.whole && pend_has(fd))
+		pend_done(fd, &st);
 	return err;
 }
 
