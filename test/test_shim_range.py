@@ -19,7 +19,7 @@ import struct
 
 import pytest
 
-from conftest import assert_same, rewrite_file, salt_of
+from conftest import LONG, assert_same, rewrite_file, salt_of
 from test_shim_lib import PY, Shim, q
 
 MB = 1 << 20
@@ -127,7 +127,7 @@ def drive(name, seed, steps):
     return b"%s -c %s %s %d %d" % (PY.encode(), q(DRIVER), name.encode(), seed, steps)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(200 if LONG else 12))
 def test_random_writes_into_a_large_file_rewind_exactly(shim, seed):
     """Random writes of every kind, from the process, a child and a thread,
     in several transactions (the programs the shell runs; the last one is
