@@ -638,13 +638,20 @@ static int pre_image(struct jsession *s, int fd, bool part, uint64_t off, uint64
  * read_lent: the one open_pre lent last. */
 #define TLS_IE __attribute__((tls_model("initial-exec")))
 static __thread int read_through TLS_IE = -1, read_lent TLS_IE = -1;
-/* the length this thread's next JC_TRUNC captures cut to (jcap_cut_to) */
-static __thread uint64_t cut_to TLS_IE = JCUT_ANY;
+/* the length this thread's next JC_TRUNC captures cut to (jcap_cut_to),
+ * and the size the last one's J_APPEND saved (jcap_cut_sized) */
+static __thread uint64_t cut_to TLS_IE = JCUT_ANY, cut_sized TLS_IE = JCUT_ANY;
 static __thread int (*read_reader)(int fd) TLS_IE;
 
 void jcap_cut_to(uint64_t len)
 {
 	cut_to = len;
+	cut_sized = JCUT_ANY;
+}
+
+uint64_t jcap_cut_sized(void)
+{
+	return cut_sized;
 }
 
 void jcap_read_through(int fd, int (*reader)(int fd))
@@ -1121,6 +1128,8 @@ static int rec_cut(struct jseg *g, uint32_t txn, const char *path, const void *a
 	if (!S_ISREG(st.st_mode) || *(const uint64_t *)arg < (uint64_t)st.st_size)
 		return rec_content(g, txn, path, NULL);
 	err = emit(g, txn, &r, 0);
+	if (!err)
+		cut_sized = (uint64_t)st.st_size;
 	return err ? err : SIZED;
 }
 

@@ -277,6 +277,9 @@ void jcap_read_through(int fd, int (*reader)(int fd));
  * JCUT_ANY (the default, which the caller sets again after): any. */
 #define JCUT_ANY UINT64_MAX
 void jcap_cut_to(uint64_t len);
+/* The size the J_APPEND of this thread's last such capture saved since
+ * jcap_cut_to, or JCUT_ANY (none written: its content, or nothing). */
+uint64_t jcap_cut_sized(void);
 int jcap_path(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op);
 /* The same, KNOWN being PATH's lstat just taken (st_mode 0: absent). */
 int jcap_path_known(struct jseg *g, uint32_t txn, const char *path, enum jcap_op op,

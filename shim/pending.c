@@ -130,16 +130,14 @@ static struct { dev_t dev; ino_t ino; } park_id[PEND_N];       /* its file: a nu
 								   and reused is not closed again */
 static bool parked_any;
 
-HIDDEN int pend_reader(int fd)
+/* A read-only description of FD's file of its own (parked until FD is
+ * closed), or -1. */
+static int pend_parked(int fd)
 {
 	char proc[32];
 	struct stat a, b;
-	int fl = fcntl(fd, F_GETFL), r;
+	int r;
 
-	if (fl < 0)
-		return -1;
-	if ((fl & O_ACCMODE) != O_WRONLY && !(fl & O_DIRECT))
-		return fd;
 	if ((unsigned)fd >= PEND_N || txn_vfork_child())
 		return -1;
 	r = park[fd] - 1;
@@ -154,6 +152,17 @@ HIDDEN int pend_reader(int fd)
 		__atomic_store_n(&parked_any, true, __ATOMIC_RELAXED);
 	}
 	return r;
+}
+
+HIDDEN int pend_reader(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0)
+		return -1;
+	if ((fl & O_ACCMODE) != O_WRONLY && !(fl & O_DIRECT))
+		return fd;
+	return pend_parked(fd);
 }
 
 /* FD is closed or replaced (after the call): its parked reader goes. */
@@ -315,7 +324,7 @@ HIDDEN int pend_flush_all(bool inherited)
 #define RANGE_PAGE 4096u
 #define RANGE_RUN  (1u << 20)
 #define RF_N       8
-#define RF_SPANS   128
+#define RF_SPANS   1024
 
 struct rkey {
 	uint8_t salt[J_SALT_LEN];
@@ -328,7 +337,7 @@ static struct rfile {
 	ino_t ino;
 	struct rkey key;
 	unsigned n;
-	struct { uint64_t lo, hi; } span[RF_SPANS];
+	struct { uint64_t lo, hi; } span[RF_SPANS];    /* sorted, apart */
 } rfile[RF_N];                  /* among the large arrays (layout.ld) */
 static unsigned rfile_next;     /* the slot a new file takes */
 HIDDEN int range_lock_word;     /* free in a fork child (state.c) */
@@ -373,43 +382,115 @@ static struct rfile *rfile_of(dev_t dev, ino_t ino, const struct rkey *k, bool m
  * at LO begins (a sequential writer's), or LO. */
 static bool rfile_covers(const struct rfile *f, uint64_t lo, uint64_t hi, uint64_t *run)
 {
+	unsigned a = 0, b = f ? f->n : 0;
+
 	*run = lo;
-	for (unsigned i = 0; f && i < f->n; i++) {
-		if (f->span[i].lo <= lo && hi <= f->span[i].hi)
-			return true;
-		if (f->span[i].hi == lo)
-			*run = f->span[i].lo;
+	while (a < b) {                 /* a: the first span that starts after LO */
+		unsigned m = a + (b - a) / 2;
+		if (f->span[m].lo <= lo)
+			a = m + 1;
+		else
+			b = m;
 	}
+	if (!a)
+		return false;
+	if (hi <= f->span[a - 1].hi)
+		return true;
+	if (f->span[a - 1].hi == lo)
+		*run = f->span[a - 1].lo;
 	return false;
 }
 
 /* Add [LO, HI) to F, merged with every span it touches. false: no room. */
 static bool rfile_add(struct rfile *f, uint64_t lo, uint64_t hi)
 {
-	unsigned i, j;
+	unsigned a = 0, b = f->n, e;
 
-	for (i = j = 0; i < f->n; i++) {
-		if (f->span[i].hi < lo || hi < f->span[i].lo) {
-			f->span[j++] = f->span[i];
-			continue;
-		}
-		lo = f->span[i].lo < lo ? f->span[i].lo : lo;
-		hi = f->span[i].hi > hi ? f->span[i].hi : hi;
+	while (a < b) {                 /* a: the first span that reaches LO */
+		unsigned m = a + (b - a) / 2;
+		if (f->span[m].hi < lo)
+			a = m + 1;
+		else
+			b = m;
 	}
-	f->n = j;
-	if (f->n == RF_SPANS)
+	for (e = a; e < f->n && f->span[e].lo <= hi; e++)
+		;                       /* [a, e): the spans it touches */
+	if (a < e) {
+		lo = f->span[a].lo < lo ? f->span[a].lo : lo;
+		hi = f->span[e - 1].hi > hi ? f->span[e - 1].hi : hi;
+	} else if (f->n == RF_SPANS) {
 		return false;
-	f->span[f->n].lo = lo;
-	f->span[f->n].hi = hi;
-	f->n++;
+	}
+	memmove(&f->span[a + 1], &f->span[e], (f->n - e) * sizeof(f->span[0]));
+	f->span[a].lo = lo;
+	f->span[a].hi = hi;
+	f->n = f->n - (e - a) + 1;
 	return true;
+}
+
+/* Is [LO, HI) of ST's file, written through FD, saved by this process in
+ * this transaction? Else *RUN: where the span that ends at LO begins, or
+ * LO. */
+static bool range_saved(const struct stat *st, uint64_t lo, uint64_t hi, uint64_t *run)
+{
+	struct rkey k;
+	sigset_t old;
+	bool covered;
+
+	*run = lo;
+	if (!rkey_now(&k))
+		return false;
+	shim_spin_lock(&range_lock_word, &old);
+	covered = rfile_covers(rfile_of(st->st_dev, st->st_ino, &k, false), lo, hi, run);
+	shim_spin_unlock(&range_lock_word, &old);
+	return covered;
+}
+
+/* [LO, HI) of ST's file is saved now (KEY: the transaction it was saved
+ * in, as it was before the capture; or, unkeyed, now), and from END on
+ * (the file's size then: undo cuts it there). false: no room left. */
+static bool range_note(const struct stat *st, const struct rkey *key, uint64_t lo, uint64_t hi, uint64_t end)
+{
+	struct rkey now;
+	sigset_t old;
+	struct rfile *f;
+	bool ok;
+
+	if (!key) {
+		if (!rkey_now(&now))
+			return true;
+		key = &now;
+	}
+	shim_spin_lock(&range_lock_word, &old);
+	f = rfile_of(st->st_dev, st->st_ino, key, true);
+	ok = (lo >= hi || rfile_add(f, lo, hi)) && rfile_add(f, end, UINT64_MAX);
+	shim_spin_unlock(&range_lock_word, &old);
+	return ok;
+}
+
+/* Might [LO, HI) of FD's file (ST) hold a hole? Written back at a rewind,
+ * it would come back filled. A file with all its blocks has none; one
+ * without, asked of a description of its own (SEEK_HOLE moves the
+ * offset it is asked of). */
+static bool range_holed(int fd, const struct stat *st, uint64_t lo, uint64_t hi)
+{
+	uint64_t end = hi < (uint64_t)st->st_size ? hi : (uint64_t)st->st_size;
+	int r;
+	off_t h;
+
+	if ((uint64_t)st->st_blocks * 512 >= (uint64_t)st->st_size || lo >= end)
+		return false;
+	if ((r = pend_parked(fd)) < 0)
+		return true;
+	h = lseek(r, (off_t)lo, SEEK_HOLE);
+	return h < 0 ? errno != ENXIO : (uint64_t)h < end;
 }
 
 /* Does a write of LEN bytes at OFF to the file ST save a part of it? */
 static bool range_fits(const struct stat *st, uint64_t len)
 {
 	return S_ISREG(st->st_mode) && st->st_size > RANGE_MIN && (!shim.session_open || (shim.s.features & JI_RANGES)) &&
-	       (uint64_t)st->st_blocks * 512 >= (uint64_t)st->st_size && len < (uint64_t)st->st_size / 2;
+	       len < (uint64_t)st->st_size / 2;
 }
 
 /* Inside a hook: a write of LEN bytes at OFF (-1: FD's offset) through FD
@@ -418,18 +499,14 @@ static bool range_fits(const struct stat *st, uint64_t len)
 static int pend_take_range(int fd, off_t off, uint64_t len)
 {
 	struct stat st;
-	struct rfile *f;
 	struct rkey k;
 	struct jrange want;
 	uint64_t lo, hi, run;
-	sigset_t old;
-	bool keyed, covered;
+	bool keyed;
 	int err;
 
 	if (!pend_stat(fd, &st))
 		return 0;
-	if (!range_fits(&st, len))
-		return pend_take_whole(fd, &st);
 	/* (an O_APPEND descriptor's bytes, pwrite's too, land at the end,
 	 * which the record's size covers: what it saves at OFF is more than
 	 * needed, never less) */
@@ -439,18 +516,20 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 			return pend_take_whole(fd, &st);
 	}
 	lo = (uint64_t)off & ~(uint64_t)(RANGE_PAGE - 1);
-	hi = ((uint64_t)off + len + RANGE_PAGE - 1) & ~(uint64_t)(RANGE_PAGE - 1);
-	keyed = rkey_now(&k);
-	shim_spin_lock(&range_lock_word, &old);
-	f = keyed ? rfile_of(st.st_dev, st.st_ino, &k, false) : NULL;
-	covered = rfile_covers(f, lo, hi, &run);
-	shim_spin_unlock(&range_lock_word, &old);
-	if (covered)
+	hi = len > UINT64_MAX - (uint64_t)off - RANGE_PAGE ? UINT64_MAX
+	     : ((uint64_t)off + len + RANGE_PAGE - 1) & ~(uint64_t)(RANGE_PAGE - 1);
+	if (range_saved(&st, lo, hi, &run))
 		return 0;
-	if (run < lo && hi - lo < RANGE_RUN)    /* goes on from a span: save ahead */
-		hi = lo + ((lo - run) < RANGE_RUN ? (lo - run) > hi - lo ? lo - run : hi - lo : RANGE_RUN);
+	if (!range_fits(&st, len) || range_holed(fd, &st, lo, hi))
+		return pend_take_whole(fd, &st);
+	keyed = rkey_now(&k);
 	want.off = lo;
 	want.len = hi - lo;
+	if (run < lo && hi - lo < RANGE_RUN) {  /* goes on from a span: save ahead */
+		uint64_t ahead = lo - run < RANGE_RUN ? (lo - run > hi - lo ? lo - run : hi - lo) : RANGE_RUN;
+		if (!range_holed(fd, &st, lo, lo + ahead))
+			want.len = ahead;
+	}
 	err = pre_fd_range(fd, &st, &want);
 	if (err)
 		return err;
@@ -458,16 +537,10 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 		pend_done(fd, &st);
 		return 0;
 	}
-	if (!keyed && !rkey_now(&k))
-		return 0;
-	shim_spin_lock(&range_lock_word, &old);
-	f = rfile_of(st.st_dev, st.st_ino, &k, true);
 	/* nothing saved: none needed in this transaction (the whole file
 	 * is its already, or not journaled) */
-	covered = !want.saved ? rfile_add(f, 0, UINT64_MAX)
-			      : rfile_add(f, want.off, want.off + want.len) && rfile_add(f, want.size, UINT64_MAX);
-	shim_spin_unlock(&range_lock_word, &old);
-	if (covered)
+	if (want.saved ? range_note(&st, keyed ? &k : NULL, want.off, want.off + want.len, want.size)
+		       : range_note(&st, keyed ? &k : NULL, 0, 0, 0))
 		return 0;
 	shim_unlock();                  /* no room to say more: the whole file */
 	return pend_take(fd);
@@ -500,19 +573,28 @@ HIDDEN int pre_ftruncate(int fd, off_t n)
 {
 	struct stat st;
 	struct jrange want = { .off = (uint64_t)n, .len = UINT64_MAX - (uint64_t)n };
+	uint64_t run, sized;
 	int err;
 
 	if (n < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return pre_fd(fd, JC_TRUNC);    /* fails alike, or no file to cut */
-	if (n >= st.st_size || !range_fits(&st, (uint64_t)(st.st_size - n))) {
-		pre_cut(n);
-		err = pre_fd(fd, JC_TRUNC);
-		pre_cut(-1);
+	if (range_saved(&st, (uint64_t)n, UINT64_MAX, &run))
+		return 0;       /* what it cuts off, and the size, this process saved in this transaction */
+	if (n < st.st_size && range_fits(&st, (uint64_t)(st.st_size - n)) &&
+	    !range_holed(fd, &st, (uint64_t)n, (uint64_t)st.st_size)) {
+		err = pre_fd_range(fd, &st, &want);
+		if (!err && want.whole && pend_has(fd))
+			pend_done(fd, &st);
+		else if (!err && want.saved)
+			range_note(&st, NULL, want.off, want.off + want.len, want.size);
 		return err;
 	}
-	err = pre_fd_range(fd, &st, &want);
-	if (!err && want.whole && pend_has(fd))
-		pend_done(fd, &st);
+	pre_cut(n);
+	err = pre_fd(fd, JC_TRUNC);
+	sized = jcap_cut_sized();
+	pre_cut(-1);
+	if (!err && sized != JCUT_ANY)  /* a J_APPEND of that size: undo cuts there */
+		range_note(&st, NULL, 0, 0, sized);
 	return err;
 }
 

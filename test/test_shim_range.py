@@ -423,3 +423,81 @@ def test_a_cut_that_races_a_growing_write(shim):
     for i in range(24):
         big(shim, f"g{i}.bin", MB, 20 + i)
     shim.roundtrip(b"%s 24" % exe)
+
+
+def content_bytes(sh, name):
+    """The bytes the content records of NAME hold (parts, or whole files
+    as their size)."""
+    path = os.fsdecode(sh.p(name))
+    return sum(r["range_bytes"] if r["range_offset"] is not None else r["size"]
+               for r in records(sh) if r["op"] == "content" and r["path"] == path)
+
+
+@pytest.mark.parametrize("how", [b"shred -n1 -u big.bin",
+                                 b"%s -c 'import os\nfd = os.open(\"big.bin\", os.O_RDWR)\n"
+                                 b"for o in range(0, 4 << 20, 65536):\n    os.write(fd, os.urandom(65536))\n"
+                                 b"os.ftruncate(fd, 3 << 20)\nos.ftruncate(fd, 5 << 20)\n'" % PY.encode()])
+def test_a_file_overwritten_then_cut_is_saved_once(shim, how):
+    """shred overwrites a file from start to end, then cuts it to nothing
+    (and removes it): the parts its writes saved hold every byte the cut
+    takes, so the cut saves nothing again (it saved the whole file a second
+    time: twice the journal and the time); a cut and a growth after the
+    parts alike."""
+    if how.startswith(b"shred") and not shutil.which("shred"):
+        pytest.skip("no shred")
+    big(shim, "big.bin", 4 * MB, 30)
+    shim.roundtrip(how)
+    assert content_bytes(shim, "big.bin") <= 4 * MB, records(shim)
+
+
+MMAP_SQLITE = (b"sqlite3 app.db 'pragma mmap_size=268435456; update t set v = randomblob(3000) where k = 9; "
+               b"insert into t(v) select randomblob(3000) from generate_series(1, 300);' >/dev/null")
+
+
+def test_sqlite_with_mmap_grows_its_file_and_saves_parts(shim):
+    """sqlite with mmap_size grows the database with ftruncate (a hole at
+    its end) before it writes the new pages: the growth saves the old
+    size, the pages written into the hole need nothing more, and the pages
+    written before the end are parts, not the whole (holed) file."""
+    sqlite_db(shim, "app.db", "delete")
+    size = os.path.getsize(shim.p("app.db"))
+    shim.roundtrip(MMAP_SQLITE)
+    assert None not in parts(shim, "app.db"), parts(shim, "app.db")
+    assert content_bytes(shim, "app.db") < size / 4
+
+
+def holes(path):
+    """The data runs of PATH, as SEEK_DATA and SEEK_HOLE give them."""
+    runs, fd = [], os.open(path, os.O_RDONLY)
+    try:
+        end, off = os.fstat(fd).st_size, 0
+        while off < end:
+            try:
+                off = os.lseek(fd, off, os.SEEK_DATA)
+            except OSError:
+                break
+            hole = os.lseek(fd, off, os.SEEK_HOLE)
+            runs.append((off, hole))
+            off = hole
+    finally:
+        os.close(fd)
+    return runs
+
+
+def test_a_sparse_file_keeps_its_holes(shim):
+    """A file with a hole: a write into its data saves a part (no hole in
+    it), one into the hole saves the whole file (a part written back would
+    fill the hole); the rewind gives back the same runs of data."""
+    path = shim.p("sparse.bin")
+    with open(path, "wb") as f:
+        f.write(os.urandom(512 << 10))
+        f.seek(3 << 20)
+        f.write(os.urandom(512 << 10))
+    before = holes(path)
+    if len(before) != 2:
+        pytest.skip("this filesystem keeps no holes")
+    shim.roundtrip(b"%s -c %s" % (PY.encode(), q(
+        'import os\nfd = os.open("sparse.bin", os.O_RDWR)\nos.pwrite(fd, b"d" * 100, 8192)\n'
+        'os.pwrite(fd, b"h" * 100, 2 << 20)\n')))
+    assert parts(shim, "sparse.bin") == [(8192, 4096), None]
+    assert holes(path) == before
