@@ -138,19 +138,26 @@ static int pend_parked(int fd)
 	struct stat a, b;
 	int r;
 
+	int was;
+
 	if ((unsigned)fd >= PEND_N || txn_vfork_child())
 		return -1;
-	r = park[fd] - 1;
+	was = __atomic_load_n(&park[fd], __ATOMIC_ACQUIRE);
+	r = was - 1;
 	if (r >= 0 && fstat(r, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
 		return r;
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 	r = open(proc, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (r >= 0 && fstat(r, &a) == 0) {
-		park_id[fd].dev = a.st_dev;
-		park_id[fd].ino = a.st_ino;
-		park[fd] = r + 1;
-		__atomic_store_n(&parked_any, true, __ATOMIC_RELAXED);
+	if (r < 0 || fstat(r, &a) < 0)
+		return r;
+	/* another thread may park one at once: the first one parked stays */
+	if (!__atomic_compare_exchange_n(&park[fd], &was, r + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		REAL(close)(r);
+		return was - 1;
 	}
+	park_id[fd].dev = a.st_dev;
+	park_id[fd].ino = a.st_ino;
+	__atomic_store_n(&parked_any, true, __ATOMIC_RELAXED);
 	return r;
 }
 
