@@ -16,10 +16,11 @@ import os
 import random
 import shutil
 import struct
+import subprocess
 
 import pytest
 
-from conftest import LONG, assert_same, rewrite_file, salt_of
+from conftest import BUILD, LONG, assert_same, rewrite_file, salt_of
 from test_shim_lib import PY, Shim, q
 
 MB = 1 << 20
@@ -501,3 +502,17 @@ def test_a_sparse_file_keeps_its_holes(shim):
         'os.pwrite(fd, b"h" * 100, 2 << 20)\n')))
     assert parts(shim, "sparse.bin") == [(8192, 4096), None]
     assert holes(path) == before
+
+
+def test_ftsbx_run_counts_a_file_written_in_parts_once(shim):
+    """ftsbx run's summary counts changes: a file written in place in many
+    parts by one tool call is one of them, not one per part."""
+    big(shim, "a.bin", 4 * MB, 40)
+    env = shim.env(preload=False)
+    proc = subprocess.run([os.path.join(BUILD, "ftsbx"), "run", "--journal", shim.journal, "--", PY, "-c",
+                           "import os\nfd = os.open('a.bin', os.O_RDWR)\n"
+                           "for o in range(0, 3 << 20, 300000):\n    os.pwrite(fd, b'x', o)\n"],
+                          cwd=shim.ws, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert len(parts(shim, "a.bin")) == 11
+    assert b"; 1 change in " in proc.stderr, proc.stderr

@@ -97,19 +97,37 @@ static int prepare_env(const char *lib, const char *journal, const char *policy,
 
 struct tally { size_t changes, refused, calls, rewound; };
 
+/* Is C a part of the file (JR_RANGE) whose last part before it, in the
+ * same transaction, was LAST? Then it is the same change, a file written
+ * in place. LAST becomes C's path. */
+static bool same_part(const struct jrecord *c, const struct jrecord **last)
+{
+	const struct jrecord *l = *last;
+
+	if (!(c->flags & JR_RANGE))
+		return false;
+	*last = c;
+	return l && l->txn == c->txn && l->f[F_PATH].n == c->f[F_PATH].n &&
+	       !memcmp(l->f[F_PATH].p, c->f[F_PATH].p, c->f[F_PATH].n);
+}
+
 static void count(const struct jreader *r, struct tally *t)
 {
+	const struct jrecord *last = NULL;
+
 	memset(t, 0, sizeof(*t));
 	for (size_t i = 0; i < r->nrec; i++) {
 		const struct jrecord *c = &r->rec[i];
-		if (c->type >= J_CREATE && c->type <= J_META && !(c->flags & JR_WEAK))
-			t->changes++;
-		else if (c->type == J_REFUSE)
+		if (c->type >= J_CREATE && c->type <= J_META && !(c->flags & JR_WEAK)) {
+			if (!same_part(c, &last))
+				t->changes++;
+		} else if (c->type == J_REFUSE) {
 			t->refused++;
-		else if (c->type == J_TXN_END && !(c->flags & (JR_CUT | JR_HELD)))
+		} else if (c->type == J_TXN_END && !(c->flags & (JR_CUT | JR_HELD))) {
 			t->calls++;     /* not the root's own writes, nor a file it holds */
-		else if (c->type == J_REWOUND)
+		} else if (c->type == J_REWOUND) {
 			t->rewound++;
+		}
 	}
 }
 
