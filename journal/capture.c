@@ -1301,10 +1301,6 @@ static bool dir_each(int fd, bool (*each)(const char *name, void *arg), void *ar
 
 /* ---- a kept inode's name in objects/ ------------------------------------- */
 
-/* How many subdirectories of objects/ jkept_object looks in, the newest
- * first: the removal a program writes after is a recent one. */
-#define KEPT_SCAN 32
-
 struct kfind {
 	int dirfd;
 	dev_t dev;
@@ -1358,7 +1354,9 @@ int jkept_object(struct jsession *s, dev_t dev, ino_t ino, char out[PATH_MAX])
 		return err;
 	}
 	dir_each(top, newest_dir, &k);
-	for (uint64_t d = k.top, n = 0; k.any && n < KEPT_SCAN && err == -ENOENT; d--, n++) {
+	/* the newest subdirectory first: the removal a program writes after
+	 * is a recent one (a missing number: another removal's kept dir) */
+	for (uint64_t d = k.top; k.any && err == -ENOENT; d--) {
 		char sub[JOBJ_NAME_MAX];
 
 		jobject_dir(sub, d);

@@ -230,7 +230,7 @@ struct jrange {
 int jcap_range(struct jseg *g, uint32_t txn, const char *path, struct jrange *want);
 /* The name (relative to the session) that objects/ keeps the removed
  * inode DEV:INO by, as the pre-image of its removal (objects/D/S.ino),
- * looked for in the newest subdirectories: 0, or -ENOENT. */
+ * looked for from the newest subdirectory back: 0, or -ENOENT. */
 int jkept_object(struct jsession *s, dev_t dev, ino_t ino, char out[PATH_MAX]);
 int jcap_remove(struct jseg *g, uint32_t txn, const char *path);
 /* The same, with a copy of a regular file's bytes in the record, never its

@@ -458,18 +458,48 @@ static int cmp_u32(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The path record I builds on: its own, but for a part of a removed
+ * file saved into the inode the journal keeps (.../objects/D/S.ino, the
+ * shim's kept_range), the path the removal S took that inode from: its
+ * undo needs the inode still in objects/, where the removal's undo takes
+ * it away. BUF holds such a path. */
+static const char *dep_path(struct rw *w, size_t i, char buf[PATH_MAX])
+{
+	const struct jrecord *c = &w->r.rec[i], *rm;
+	const char *p = w->path[i], *name = p ? strrchr(p, '/') : NULL;
+	uint64_t seq = 0, ino[2];
+	struct jstat j;
+	const char *d;
+
+	if (!name || c->type != J_CONTENT || !(c->flags & JR_RANGE) || !strstr(p, "/objects/"))
+		return p;
+	for (d = name + 1; *d >= '0' && *d <= '9' && seq < UINT64_MAX / 10; d++)
+		seq = seq * 10 + (uint64_t)(*d - '0');
+	if (d == name + 1 || strcmp(d, ".ino") || !(rm = jreader_find(&w->r, seq)) || rm->type != J_REMOVE ||
+	    !rm->f[F_INODE].present || rm->f[F_INODE].n != sizeof(ino) || !rm->f[F_PATH].present ||
+	    rm->f[F_PATH].n >= PATH_MAX || !jrec_stat(c, F_STAT, &j))
+		return p;
+	memcpy(ino, rm->f[F_INODE].p, sizeof(ino));
+	if (ino[0] != j.dev || ino[1] != j.ino)
+		return p;
+	memcpy(buf, rm->f[F_PATH].p, rm->f[F_PATH].n);
+	buf[rm->f[F_PATH].n] = 0;
+	return buf;
+}
+
 /* Transactions outside the selection that built on it, sorted, in OUT
  * (malloc'd). Returns how many. */
 static size_t find_dependents(struct rw *w, uint32_t **out)
 {
 	struct deptab t = { 0 };
 	struct kent *found = NULL, *e, *tmp;
+	char buf[PATH_MAX];
 	size_t k = 0;
 
 	for (size_t i = 0; i < w->n; i++) {
 		if (!(w->state[i] & R_SEL) || weak(&w->r.rec[i]))
 			continue;
-		deptab_add(&t, w->path[i], w->r.rec[i].seq);
+		deptab_add(&t, dep_path(w, i, buf), w->r.rec[i].seq);
 		deptab_add(&t, w->path2[i], w->r.rec[i].seq);
 	}
 	for (size_t i = 0; i < w->n; i++) {
@@ -477,7 +507,7 @@ static size_t find_dependents(struct rw *w, uint32_t **out)
 
 		if (w->state[i] != R_UNDO || weak(c) || nt_find(w->txns, c->txn))
 			continue;
-		if (depends(&t, w->path[i], c->seq) || depends(&t, w->path2[i], c->seq))
+		if (depends(&t, dep_path(w, i, buf), c->seq) || depends(&t, w->path2[i], c->seq))
 			nt_put(&found, c->txn, 0);
 	}
 	*out = must(malloc((HASH_COUNT(found) + 1) * sizeof(**out)));

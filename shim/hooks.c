@@ -1209,14 +1209,24 @@ static int pre_pending_at_op(char p[PATH_MAX], const struct stat *st, enum jcap_
 HIDDEN int pre_fd(int fd, enum jcap_op op)
 {
 	char p[PATH_MAX];
+	struct stat fs, ls;
 	int err;
 
 	if (path_fd(p, fd))
 		return 0;               /* a pipe, a socket: nothing to restore */
+	/* a change of the bytes or the size: the cached name, unless another
+	 * process moved, replaced or removed the file since (then the name
+	 * the kernel has for it now: its removal may keep the inode as its
+	 * pre-image, or another file may have the name) */
+	fs.st_nlink = 0;
+	if (op != JC_META && fstat(fd, &fs) == 0 && S_ISREG(fs.st_mode) &&
+	    (lstat(p, &ls) < 0 || ls.st_dev != fs.st_dev || ls.st_ino != fs.st_ino) &&
+	    (err = path_fd_read(p, fd, true)))
+		return refuse_unjournaled("(descriptor)", err);
 	if (kept_inode(p))
 		return kept_change(fd, p);
-	if (named_deleted(p))
-		return 0;               /* unlinked: nobody's pre-image */
+	if (named_deleted(p))           /* unlinked: nobody's pre-image, unless a name kept it */
+		return op != JC_META && fs.st_nlink ? kept_change(fd, p) : 0;
 	/* any bytes read through the program's own descriptor: an open and
 	 * close of the path would drop its POSIX locks on the file */
 	jcap_read_through(fd, pend_reader);

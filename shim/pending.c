@@ -575,7 +575,11 @@ static int pend_before_range(int fd, off_t off, uint64_t len)
  * old size (J_APPEND: undo cuts it there; the journal decides under the
  * path's lock, jcap_cut_to: another writer may make it longer first);
  * a large one it cuts by less than half, the bytes from N on (to its end
- * as the capture finds it). */
+ * as the capture finds it). Where this process's parts hold every byte
+ * from N on (shred's overwrite, then its cut), an empty part: the size
+ * the file has under the lock, no bytes (the parts have them), so that
+ * the undo of a later record of a larger size (a J_APPEND) finds the file
+ * that long again. */
 HIDDEN int pre_ftruncate(int fd, off_t n)
 {
 	struct stat st;
@@ -586,9 +590,9 @@ HIDDEN int pre_ftruncate(int fd, off_t n)
 	if (n < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return pre_fd(fd, JC_TRUNC);    /* fails alike, or no file to cut */
 	if (range_saved(&st, (uint64_t)n, UINT64_MAX, &run))
-		return 0;       /* what it cuts off, and the size, this process saved in this transaction */
-	if (n < st.st_size && range_fits(&st, (uint64_t)(st.st_size - n)) &&
-	    !range_holed(fd, &st, (uint64_t)n, (uint64_t)st.st_size)) {
+		want.len = 0;
+	if (!want.len || (n < st.st_size && range_fits(&st, (uint64_t)(st.st_size - n)) &&
+			  !range_holed(fd, &st, (uint64_t)n, (uint64_t)st.st_size))) {
 		err = pre_fd_range(fd, &st, &want);
 		if (!err && want.whole && pend_has(fd))
 			pend_done(fd, &st);

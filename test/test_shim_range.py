@@ -516,3 +516,75 @@ def test_ftsbx_run_counts_a_file_written_in_parts_once(shim):
     assert proc.returncode == 0, proc.stderr
     assert len(parts(shim, "a.bin")) == 11
     assert b"; 1 change in " in proc.stderr, proc.stderr
+
+
+def test_a_cut_after_a_larger_size_was_recorded(shim):
+    """Parts, a growth by ftruncate (its size noted), a growth by
+    truncate() (a J_APPEND of the larger size), then a cut below that
+    size but within what the parts hold: the cut writes an empty part (the
+    size under the lock), so that the J_APPEND's undo finds the file as
+    long as it saved (with nothing recorded it failed: shorter than
+    before)."""
+    big(shim, "big.bin", MB, 41)
+    shim.roundtrip(b"%s -c %s" % (PY.encode(), q(
+        'import os\nfd = os.open("big.bin", os.O_RDWR)\nos.pwrite(fd, b"A" * 100, 0)\n'
+        'os.ftruncate(fd, 1248576)\nos.truncate("big.bin", 1348576)\nos.ftruncate(fd, 1148576)\n'
+        'os.write(os.open("big.bin", os.O_WRONLY | os.O_APPEND), b"end")\nos.ftruncate(fd, 1100000)\n')))
+
+
+WRITER_AND_REMOVER = (b"%s -c 'import os, time\nfd = os.open(\"big.bin\", os.O_RDWR)\nos.pwrite(fd, b\"A\" * 100, 4096)\n"
+                      b"time.sleep(1)\nos.pwrite(fd, b\"B\" * 100, 600000)\n' & sleep 0.4; rm big.bin; wait" % PY.encode())
+
+
+def test_a_removal_the_writer_wrote_after_rewinds_only_with_it(shim):
+    """A writer (one transaction) writes a part, another transaction
+    removes the file, the writer goes on into the kept inode (its part saved
+    under the object's name): rewinding the removal alone is refused, since
+    the writer's record needs the inode where the removal keeps it; with
+    --cascade both go, and the tree is back."""
+    big(shim, "big.bin", MB, 42)
+    before = shim.snap()
+    shim.sh(WRITER_AND_REMOVER)
+    rm_txn = next(r["txn"] for r in records(shim) if r["op"] == "remove")
+    proc = shim.txreplay("rewind", shim.journal, "--txn", str(rm_txn), rc=1)
+    assert b"later transactions" in proc.stderr, proc.stderr
+    shim.txreplay("rewind", shim.journal, "--txn", str(rm_txn), "--cascade")
+    assert_same(before, shim.snap())
+
+
+def test_a_kept_inode_far_back_in_objects(shim):
+    """The file a process writes on was replaced before 4000 other
+    removals: its kept inode is found in an old subdirectory of objects/
+    all the same, and its part is saved there."""
+    big(shim, "big.bin", MB, 43)
+    shim.write("other.bin", b"other")
+    os.mkdir(shim.p("d"))
+    for i in range(4000):
+        shim.write(f"d/f{i}", b"")
+    script = (b"%s -c 'import os, time\nfd = os.open(\"big.bin\", os.O_RDWR)\ntime.sleep(0.5)\n"
+              b"while os.path.isdir(\"d\"):\n    time.sleep(0.05)\nos.pwrite(fd, b\"B\" * 100, 600000)\n' & "
+              b"sleep 0.2; mv other.bin big.bin; rm -r d; wait" % PY.encode())
+    shim.roundtrip(script, timeout=300)
+    kept = [r for r in records(shim) if r["op"] == "content" and "/objects/" in r["path"]]
+    assert len(kept) == 1, kept
+
+
+@pytest.mark.parametrize("op", ["os.ftruncate(fd, 100000)", "os.ftruncate(fd, 2000000)",
+                                "os.posix_fallocate(fd, 0, 3000000)"])
+@pytest.mark.parametrize("how", ["rm big.bin", "mv other.bin big.bin"])
+def test_a_cut_through_a_descriptor_of_a_removed_file(shim, op, how):
+    """ftruncate or fallocate through a pending descriptor of a file
+    another process removed or replaced since: journaled under the name the
+    kernel has for it now, never the cached one (which another file has,
+    or nobody): refused (EACCES, the journal keeps that inode), and the
+    rewind is exact."""
+    big(shim, "big.bin", MB, 44)
+    shim.write("other.bin", b"other")
+    before = shim.snap()
+    proc = shim.sh(b"%s -c %s & sleep 0.4; %s; wait" % (PY.encode(), q(
+        'import os, time\nfd = os.open("big.bin", os.O_RDWR)\ntime.sleep(1)\n'
+        'try:\n    %s\n    print("done")\nexcept OSError as e:\n    print(e.errno)\n' % op), how.encode()),
+        refusals_ok=True)
+    assert proc.stdout == b"13\n", proc
+    shim.rewind()
+    assert_same(before, shim.snap())
