@@ -349,6 +349,20 @@ static struct rfile {
 static unsigned rfile_next;     /* the slot a new file takes */
 HIDDEN int range_lock_word;     /* free in a fork child (state.c) */
 
+/* Held for a few loads and stores, only inside a hook: a signal handler's
+ * call, which the hook it interrupts lets through unhooked, never waits
+ * for it (no signals blocked: two system calls a write saved). */
+static void range_lock(void)
+{
+	while (__atomic_exchange_n(&range_lock_word, 1, __ATOMIC_ACQUIRE))
+		sched_yield();
+}
+
+static void range_unlock(void)
+{
+	__atomic_store_n(&range_lock_word, 0, __ATOMIC_RELEASE);
+}
+
 static bool rkey_now(struct rkey *k)
 {
 	if (!shim.session_open)
@@ -441,15 +455,14 @@ static bool rfile_add(struct rfile *f, uint64_t lo, uint64_t hi)
 static bool range_saved(const struct stat *st, uint64_t lo, uint64_t hi, uint64_t *run)
 {
 	struct rkey k;
-	sigset_t old;
 	bool covered;
 
 	*run = lo;
 	if (!rkey_now(&k))
 		return false;
-	shim_spin_lock(&range_lock_word, &old);
+	range_lock();
 	covered = rfile_covers(rfile_of(st->st_dev, st->st_ino, &k, false), lo, hi, run);
-	shim_spin_unlock(&range_lock_word, &old);
+	range_unlock();
 	return covered;
 }
 
@@ -459,7 +472,6 @@ static bool range_saved(const struct stat *st, uint64_t lo, uint64_t hi, uint64_
 static bool range_note(const struct stat *st, const struct rkey *key, uint64_t lo, uint64_t hi, uint64_t end)
 {
 	struct rkey now;
-	sigset_t old;
 	struct rfile *f;
 	bool ok;
 
@@ -468,10 +480,10 @@ static bool range_note(const struct stat *st, const struct rkey *key, uint64_t l
 			return true;
 		key = &now;
 	}
-	shim_spin_lock(&range_lock_word, &old);
+	range_lock();
 	f = rfile_of(st->st_dev, st->st_ino, key, true);
 	ok = (lo >= hi || rfile_add(f, lo, hi)) && rfile_add(f, end, UINT64_MAX);
-	shim_spin_unlock(&range_lock_word, &old);
+	range_unlock();
 	return ok;
 }
 
