@@ -354,13 +354,12 @@ HIDDEN int range_lock_word;     /* free in a fork child (state.c) */
  * for it (no signals blocked: two system calls a write saved). */
 static void range_lock(void)
 {
-	while (__atomic_exchange_n(&range_lock_word, 1, __ATOMIC_ACQUIRE))
-		sched_yield();
+	shim_spin(&range_lock_word);
 }
 
 static void range_unlock(void)
 {
-	__atomic_store_n(&range_lock_word, 0, __ATOMIC_RELEASE);
+	shim_unspin(&range_lock_word);
 }
 
 static bool rkey_now(struct rkey *k)

@@ -156,19 +156,30 @@ static inline void hook_refuse(struct hook_ctx *c, int err)
  * with signals blocked (a handler's call must not wait for the code it
  * interrupted); a fork child frees its word (state.c: another thread may
  * have held it at the fork). */
+static inline void shim_spin(int *word)
+{
+	while (__atomic_exchange_n(word, 1, __ATOMIC_ACQUIRE))
+		sched_yield();
+}
+
+static inline void shim_unspin(int *word)
+{
+	__atomic_store_n(word, 0, __ATOMIC_RELEASE);
+}
+
+/* The same where a signal handler's call may want it: signals blocked. */
 static inline void shim_spin_lock(int *word, sigset_t *old)
 {
 	sigset_t all;
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, old);
-	while (__atomic_exchange_n(word, 1, __ATOMIC_ACQUIRE))
-		sched_yield();
+	shim_spin(word);
 }
 
 static inline void shim_spin_unlock(int *word, const sigset_t *old)
 {
-	__atomic_store_n(word, 0, __ATOMIC_RELEASE);
+	shim_unspin(word);
 	pthread_sigmask(SIG_SETMASK, old, NULL);
 }
 

@@ -32,13 +32,12 @@ static struct { const void *fa; int err; } spawn_bad[4];
 
 static void spawn_opens_lock(void)
 {
-	while (__atomic_exchange_n(&spawn_opens_lock_word, 1, __ATOMIC_ACQUIRE))
-		sched_yield();
+	shim_spin(&spawn_opens_lock_word);
 }
 
 static void spawn_opens_unlock(void)
 {
-	__atomic_store_n(&spawn_opens_lock_word, 0, __ATOMIC_RELEASE);
+	shim_unspin(&spawn_opens_lock_word);
 }
 
 /* Forget the opens of list FA (a new list at its address, or its end). */
