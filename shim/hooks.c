@@ -626,11 +626,11 @@ static bool lock_first(const char *p)
  * shim_unlock: a write at a descriptor's offset reads the offset and
  * writes there with no other writer of the file, in this process or
  * another sharing the descriptor, moving it in between (pending.c). */
-HIDDEN void shim_lock_fd(int fd)
+HIDDEN void shim_lock_fd(int fd, const struct stat *st)
 {
 	char p[PATH_MAX];
 
-	if (!held.n && shim.session_open && path_fd(p, fd) == 0)
+	if (!held.n && shim.session_open && pend_named(fd, st, p))
 		lock_first(p);
 }
 
@@ -725,6 +725,7 @@ HIDDEN int pre_setfl(int fd, int newfl)
 {
 	int old = fcntl(fd, F_GETFL);
 
+	pend_setfl(fd, newfl);
 	if (old < 0 || !(old & O_APPEND) || (newfl & O_APPEND) || (old & O_ACCMODE) == O_RDONLY)
 		return 0;
 	return pre_fd(fd, JC_WRITE);

@@ -224,7 +224,7 @@ HOT static int open_hook(enum open_kind k, int d, const char *p, int f, mode_t m
 	/* an in-place write's pre-image waits for the first write (pending.c);
 	 * a read-only descriptor (O_CREAT of a file that was there) never
 	 * changes its file */
-	if (fd >= 0 && later && (f & O_ACCMODE) != O_RDONLY && (err = pend_opened(fd))) {
+	if (fd >= 0 && later && (f & O_ACCMODE) != O_RDONLY && (err = pend_opened(fd, f))) {
 		close(fd);
 		errno = err;
 		return -1;

@@ -45,7 +45,12 @@
  * page of small variables every process touches anyway. Each mark's file,
  * looked at only by a capture, is among the large arrays (layout.ld). */
 static uint64_t pend_bits[PEND_N / 64];
-static struct { dev_t dev; ino_t ino; } pend_id[PEND_N];
+static struct {
+	dev_t dev;
+	ino_t ino;
+	bool append;            /* O_APPEND: every write lands at the end */
+	uint64_t named;         /* the copy-on-write generation its cached name was last checked at, + 1 */
+} pend_id[PEND_N];
 static unsigned pend_n;         /* how many are marked */
 static unsigned pend_hi;        /* no fd at or above it is marked */
 
@@ -77,12 +82,14 @@ static inline uint64_t bit(int fd)
 	return 1ull << ((unsigned)fd % 64);
 }
 
-static void pend_set(int fd, dev_t dev, ino_t ino)
+static void pend_set(int fd, dev_t dev, ino_t ino, bool append)
 {
 	unsigned hi = __atomic_load_n(&pend_hi, __ATOMIC_RELAXED);
 
 	pend_id[fd].dev = dev;
 	pend_id[fd].ino = ino;
+	pend_id[fd].append = append;
+	pend_id[fd].named = 0;
 	while ((unsigned)fd >= hi &&
 	       !__atomic_compare_exchange_n(&pend_hi, &hi, (unsigned)fd + 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		;
@@ -94,6 +101,31 @@ static void pend_clear(int fd)
 {
 	if (__atomic_fetch_and(&pend_bits[fd / 64], ~bit(fd), __ATOMIC_ACQ_REL) & bit(fd))
 		__atomic_sub_fetch(&pend_n, 1, __ATOMIC_RELEASE);
+}
+
+/* FD's file's name (ST its fstat) for its lock: the cached one, checked
+ * against the inode (and read afresh) when a rename or a removal in the
+ * session came since the last check (the copy-on-write generation). */
+HIDDEN bool pend_named(int fd, const struct stat *st, char p[PATH_MAX])
+{
+	uint64_t gen = shim.session_open ? __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE) + 1 : 0;
+	struct stat ls;
+
+	if ((unsigned)fd >= PEND_N || path_fd(p, fd))
+		return false;
+	if (gen && pend_id[fd].named == gen)
+		return true;
+	if ((lstat(p, &ls) < 0 || ls.st_dev != st->st_dev || ls.st_ino != st->st_ino) && path_fd_read(p, fd, true))
+		return false;
+	pend_id[fd].named = gen;
+	return true;
+}
+
+/* fcntl(F_SETFL) of FD: whether its writes land at the end. */
+HIDDEN void pend_setfl(int fd, int newfl)
+{
+	if (pend_has(fd))
+		pend_id[fd].append = newfl & O_APPEND;
 }
 
 /* FD is closed or replaced (after the call did it). Not where another
@@ -129,6 +161,7 @@ static int park[PEND_N];        /* the parked descriptor + 1, by FD */
 static struct { dev_t dev; ino_t ino; } park_id[PEND_N];       /* its file: a number the program closed
 								   and reused is not closed again */
 static bool parked_any;
+HIDDEN int park_lock_word;      /* free in a fork child (state.c) */
 
 /* A read-only description of FD's file of its own (parked until FD is
  * closed), or -1. */
@@ -138,26 +171,27 @@ static int pend_parked(int fd)
 	struct stat a, b;
 	int r;
 
-	int was;
-
 	if ((unsigned)fd >= PEND_N || txn_vfork_child())
 		return -1;
-	was = __atomic_load_n(&park[fd], __ATOMIC_ACQUIRE);
-	r = was - 1;
-	if (r >= 0 && fstat(r, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+	/* one thread parks at a time: a second reader opened at once and
+	 * closed again would drop the process's POSIX locks on the file */
+	shim_spin(&park_lock_word);
+	r = park[fd] - 1;
+	if (r >= 0 && fstat(r, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+		shim_unspin(&park_lock_word);
 		return r;
+	}
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 	r = open(proc, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (r < 0 || fstat(r, &a) < 0)
-		return r;
-	/* another thread may park one at once: the first one parked stays */
-	if (!__atomic_compare_exchange_n(&park[fd], &was, r + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		REAL(close)(r);
-		return was - 1;
+	if (r >= 0) {
+		if (fstat(r, &a) < 0 && fstat(fd, &a) < 0)
+			a.st_dev = 0, a.st_ino = 0;
+		park_id[fd].dev = a.st_dev;
+		park_id[fd].ino = a.st_ino;
+		park[fd] = r + 1;
+		__atomic_store_n(&parked_any, true, __ATOMIC_RELAXED);
 	}
-	park_id[fd].dev = a.st_dev;
-	park_id[fd].ino = a.st_ino;
-	__atomic_store_n(&parked_any, true, __ATOMIC_RELAXED);
+	shim_unspin(&park_lock_word);
 	return r;
 }
 
@@ -513,8 +547,12 @@ static bool range_fits(const struct stat *st, uint64_t len)
 
 /* Inside a hook: a write of LEN bytes at OFF (-1: FD's offset) through FD
  * is about to happen. pend_take's, for the part it changes of a large
- * file. The path locks a capture took stay held (shim_unlock after). */
-static int pend_take_range(int fd, off_t off, uint64_t len)
+ * file. The path locks a capture took stay held (shim_unlock after). *AT:
+ * where a write at FD's offset must be made (pwrite, then the offset moved
+ * past it), the offset the part saved is of: another thread, or a process
+ * sharing the descriptor, may move the offset meanwhile with no lock of
+ * ours (lseek, read); -1: as the program asked. */
+static int pend_take_range(int fd, off_t off, uint64_t len, off_t *at)
 {
 	struct stat st;
 	struct rkey k;
@@ -528,18 +566,24 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 	/* (an O_APPEND descriptor's bytes, pwrite's too, land at the end,
 	 * which the record's size covers: what it saves at OFF is more than
 	 * needed, never less) */
-	if (off < 0) {
-		shim_lock_fd(fd);       /* no other writer moves the offset until the write */
+	*at = -1;
+	if (off < 0 && pend_id[fd].append) {
+		off = st.st_size;       /* lands at the end */
+	} else if (off < 0) {
+		shim_lock_fd(fd, &st);  /* no writer of ours moves the offset until the write */
 		if ((off = lseek(fd, 0, SEEK_CUR)) < 0)
 			return pend_take_whole(fd, &st);
+		*at = off;
 	}
 	lo = (uint64_t)off & ~(uint64_t)(RANGE_PAGE - 1);
 	hi = len > UINT64_MAX - (uint64_t)off - RANGE_PAGE ? UINT64_MAX
 	     : ((uint64_t)off + len + RANGE_PAGE - 1) & ~(uint64_t)(RANGE_PAGE - 1);
 	if (range_saved(&st, lo, hi, &run))
 		return 0;
-	if (!range_fits(&st, len) || range_holed(fd, &st, lo, hi))
+	if (!range_fits(&st, len) || range_holed(fd, &st, lo, hi)) {
+		*at = -1;
 		return pend_take_whole(fd, &st);
+	}
 	keyed = rkey_now(&k);
 	want.off = lo;
 	want.len = hi - lo;
@@ -552,6 +596,7 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 	if (err)
 		return err;
 	if (want.whole) {               /* saved whole after all */
+		*at = -1;
 		pend_done(fd, &st);
 		return 0;
 	}
@@ -561,19 +606,22 @@ static int pend_take_range(int fd, off_t off, uint64_t len)
 		       : range_note(&st, keyed ? &k : NULL, 0, 0, 0))
 		return 0;
 	shim_unlock();                  /* no room to say more: the whole file */
+	*at = -1;
 	return pend_take(fd);
 }
 
 /* Before a write of LEN bytes at OFF (-1: FD's offset) through FD, as
  * pend_before. */
-static int pend_before_range(int fd, off_t off, uint64_t len)
+static int pend_before_range(int fd, off_t off, uint64_t len, off_t *at)
 {
 	struct hook_ctx c;
 	int err;
 
+	*at = -1;
 	if (!hook_enter(&c))
 		return 0;
-	if ((err = pend_take_range(fd, off, len))) {
+	if ((err = pend_take_range(fd, off, len, at))) {
+		*at = -1;
 		shim_unlock();
 		hook_refuse(&c, err);
 		return -1;
@@ -672,7 +720,7 @@ HIDDEN int pend_before(int fd)
 /* The open hook's: FD was opened to write in place and its capture put
  * off. Marked, or taken now where it cannot wait. 0, or the errno that
  * refuses the open (the caller closes FD). */
-HIDDEN int pend_opened(int fd)
+HIDDEN int pend_opened(int fd, int flags)
 {
 	struct hook_ctx c;
 	struct stat st;
@@ -680,7 +728,7 @@ HIDDEN int pend_opened(int fd)
 
 	if (pend_markable(fd) && !txn_vfork_child() && !fdcache_distrusted() && fstat(fd, &st) == 0 &&
 	    S_ISREG(st.st_mode)) {
-		pend_set(fd, st.st_dev, st.st_ino);
+		pend_set(fd, st.st_dev, st.st_ino, flags & O_APPEND);
 		return 0;
 	}
 	if (!hook_enter(&c))
@@ -721,7 +769,7 @@ HIDDEN int pend_dup(int from, int to)
 	if (!pend_has(from))
 		return 0;
 	if (pend_markable(to)) {
-		pend_set(to, pend_id[from].dev, pend_id[from].ino);
+		pend_set(to, pend_id[from].dev, pend_id[from].ino, pend_id[from].append);
 		return 0;
 	}
 	if (pend_before(from) < 0) {
@@ -761,8 +809,9 @@ HIDDEN int pend_dup(int from, int to)
 	HOT EXPORT ret name params                               \
 	{                                                        \
 		if (__builtin_expect(pend_has(fd), 0)) {         \
+			off_t at_;                               \
 			ret r;                                   \
-			if (pend_before_range(fd, off, len) < 0) \
+			if (pend_before_range(fd, off, len, &at_) < 0) \
 				return -1;                       \
 			r = REAL(name) args;                     \
 			shim_unlock();                           \
@@ -770,12 +819,36 @@ HIDDEN int pend_dup(int from, int to)
 		}                                                \
 		return REAL(name) args;                          \
 	}
+/* a write at the descriptor's offset: made at the offset its part was
+ * saved of (PNAME, PARGS: the positional call, at AT_), and the offset
+ * moved past what it wrote */
+#define WRITES_HERE(ret, name, params, args, fd, len, pname, pargs)  \
+	HOT EXPORT ret name params                               \
+	{                                                        \
+		if (__builtin_expect(pend_has(fd), 0)) {         \
+			off_t at_;                               \
+			ret r;                                   \
+			if (pend_before_range(fd, -1, len, &at_) < 0) \
+				return -1;                       \
+			if (at_ < 0) {                           \
+				r = REAL(name) args;             \
+			} else {                                 \
+				r = REAL(pname) pargs;           \
+				if (r > 0)                       \
+					lseek(fd, at_ + (off_t)r, SEEK_SET); \
+			}                                        \
+			shim_unlock();                           \
+			return r;                                \
+		}                                                \
+		return REAL(name) args;                          \
+	}
 #define WRITES_WAITING(ret, name, params, args, fd, fail) WRITES_(ret, name, params, args, fd, true, fail, false)
 
-WRITES_AT(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd, -1, n)
+WRITES_HERE(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd, n, pwrite, (fd, b, n, at_))
 WRITES_AT(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd, o, n)
 WRITES_AT(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd, o, n)
-WRITES_AT(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd, -1, iov_bytes(v, n))
+WRITES_HERE(ssize_t, writev, (int fd, const struct iovec *v, int n), (fd, v, n), fd, iov_bytes(v, n), pwritev,
+	    (fd, v, n, at_))
 WRITES_AT(ssize_t, pwritev, (int fd, const struct iovec *v, int n, off_t o), (fd, v, n, o), fd, o,
 	  iov_bytes(v, n))
 WRITES_AT(ssize_t, pwritev64, (int fd, const struct iovec *v, int n, off64_t o), (fd, v, n, o), fd, o,
@@ -814,7 +887,7 @@ EXPORT int pidfd_getfd(int pidfd, int fd, unsigned fl)
 	if (r < 0 || (mode = fcntl(r, F_GETFL)) < 0 || (mode & O_ACCMODE) == O_RDONLY ||
 	    ((mode & O_APPEND) && (mode & O_ACCMODE) == O_WRONLY) || fstat(r, &st) < 0 || !S_ISREG(st.st_mode))
 		return r;
-	if ((err = pend_opened(r))) {
+	if ((err = pend_opened(r, mode))) {
 		REAL(close)(r);
 		errno = err;
 		return -1;

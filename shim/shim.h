@@ -211,7 +211,7 @@ HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st);
 HIDDEN int pre_fd_range(int fd, const struct stat *st, struct jrange *want);
 HIDDEN int pre_ftruncate(int fd, off_t n);     /* pending.c */
 HIDDEN void pre_cut(off_t n);
-HIDDEN void shim_lock_fd(int fd);
+HIDDEN void shim_lock_fd(int fd, const struct stat *st);
 HIDDEN bool user_bytes(const void *arg, void *v, size_t n);
 HIDDEN int pre_truncate(const char *path, off_t n);
 HIDDEN int pre_setfl(int fd, int newfl);
@@ -245,7 +245,9 @@ HIDDEN bool fdcache_distrusted(void);
  * waits for their first write */
 HIDDEN bool pend_any(void);
 HIDDEN bool pend_has_fd(int fd);
-HIDDEN int pend_opened(int fd);
+HIDDEN int pend_opened(int fd, int flags);
+HIDDEN void pend_setfl(int fd, int newfl);
+HIDDEN bool pend_named(int fd, const struct stat *st, char out[PATH_MAX]);
 HIDDEN int pend_take(int fd);
 HIDDEN int pend_take_all(bool inherited);
 HIDDEN int pend_take_inode(const char *path);
@@ -259,7 +261,8 @@ HIDDEN bool pend_id_of(int fd, dev_t *dev, ino_t *ino);
 /* mapped.c: read-only shared mappings of pending files */
 HIDDEN void mapped_forget(dev_t dev, ino_t ino);
 extern HIDDEN int mapped_lock_word;
-extern HIDDEN int range_lock_word;       /* pending.c's */
+extern HIDDEN int range_lock_word;
+extern HIDDEN int park_lock_word;        /* pending.c's */       /* pending.c's */
 HIDDEN int mapped_syscall(long n, const long a[6]);
 HIDDEN bool mapped_any(void);
 HIDDEN int mapped_take_range(uintptr_t lo, size_t n);

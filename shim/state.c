@@ -400,6 +400,7 @@ static void atfork_child(void)
 	spawn_opens_lock_word = 0;      /* another thread held it at the fork */
 	mapped_lock_word = 0;
 	range_lock_word = 0;
+	park_lock_word = 0;
 	my_pid = getpid();
 }
 

@@ -588,3 +588,34 @@ def test_a_cut_through_a_descriptor_of_a_removed_file(shim, op, how):
     assert proc.stdout == b"13\n", proc
     shim.rewind()
     assert_same(before, shim.snap())
+
+
+MOVING_OFFSET = """
+import os, random, threading
+fd = os.open("big.bin", os.O_RDWR)
+stop = False
+def mover():
+    r = random.Random(1)
+    while not stop:
+        os.lseek(fd, r.randrange(0, 64 << 20, 4096), 0)
+t = threading.Thread(target=mover)
+t.start()
+for i in range(400):
+    os.write(fd, b"Z" * 16)
+stop = True
+t.join()
+"""
+
+
+def test_a_write_while_another_thread_moves_the_offset(shim):
+    """One thread moves the descriptor's offset (lseek, which takes no
+    lock of ours) while another write()s at it: each write is made at the
+    offset its part was saved of (pwrite there, then the offset moved past
+    it), so no byte changes that no record saved (the page saved and the
+    page written differed)."""
+    with open(shim.p("big.bin"), "wb") as f:
+        f.truncate(64 << 20)
+        for off in range(0, 64 << 20, 1 << 20):
+            f.seek(off)
+            f.write(os.urandom(1 << 20))
+    shim.roundtrip(b"%s -c %s" % (PY.encode(), q(MOVING_OFFSET)))
