@@ -610,9 +610,11 @@ static int pend_take_range(int fd, off_t off, uint64_t len, off_t *at)
 	return pend_take(fd);
 }
 
-/* Before a write of LEN bytes at OFF (-1: FD's offset) through FD, as
- * pend_before. */
-static int pend_before_range(int fd, off_t off, uint64_t len, off_t *at)
+/* Outside a hook, before a call that writes through FD: its whole
+ * pre-image taken, or (PART) the part a write of LEN bytes at OFF (-1: FD's
+ * offset, *AT: where to make it, pend_take_range) changes. 0 (go on;
+ * shim_unlock after the real call), or -1 with errno set (refused, said). */
+static int pend_around(int fd, off_t off, uint64_t len, off_t *at, bool part)
 {
 	struct hook_ctx c;
 	int err;
@@ -620,7 +622,7 @@ static int pend_before_range(int fd, off_t off, uint64_t len, off_t *at)
 	*at = -1;
 	if (!hook_enter(&c))
 		return 0;
-	if ((err = pend_take_range(fd, off, len, at))) {
+	if ((err = part ? pend_take_range(fd, off, len, at) : pend_take(fd))) {
 		*at = -1;
 		shim_unlock();
 		hook_refuse(&c, err);
@@ -628,6 +630,13 @@ static int pend_before_range(int fd, off_t off, uint64_t len, off_t *at)
 	}
 	hook_leave(&c);
 	return 0;
+}
+
+/* Before a write of LEN bytes at OFF (-1: FD's offset) through FD, as
+ * pend_before. */
+static int pend_before_range(int fd, off_t off, uint64_t len, off_t *at)
+{
+	return pend_around(fd, off, len, at, true);
 }
 
 /* ftruncate's check (hooks.def): a file it makes longer needs only its
@@ -703,18 +712,9 @@ static uint64_t iov_bytes(const struct iovec *v, int n)
  * real call), or -1 with errno set (refused, said). */
 HIDDEN int pend_before(int fd)
 {
-	struct hook_ctx c;
-	int err;
+	off_t at;
 
-	if (!hook_enter(&c))
-		return 0;
-	if ((err = pend_take(fd))) {
-		shim_unlock();
-		hook_refuse(&c, err);
-		return -1;
-	}
-	hook_leave(&c);
-	return 0;
+	return pend_around(fd, -1, 0, &at, false);
 }
 
 /* The open hook's: FD was opened to write in place and its capture put
