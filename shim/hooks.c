@@ -225,6 +225,14 @@ HIDDEN bool shim_fd_of_removed(const char *p, const char *real)
 
 #define FD_OF_REMOVED 1
 
+/* A change of P, a removed file the journal keeps as the pre-image of
+ * its removal, that no record would undo: refused. */
+static int refuse_kept(const char *p)
+{
+	shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
+	return EACCES;
+}
+
 /* A change, through descriptor FD left open on it, of a removed file kept in
  * objects/ (P names it): the change is made to the pre-image itself. Where
  * FD was opened to write in place (not only to append) and its capture was
@@ -237,8 +245,7 @@ static int kept_change(int fd, const char *p)
 
 	if (fl >= 0 && ((fl & O_ACCMODE) == O_RDWR || ((fl & O_ACCMODE) == O_WRONLY && !(fl & O_APPEND))))
 		return 0;
-	shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
-	return EACCES;
+	return refuse_kept(p);
 }
 
 /* The descriptor number a link of this process names (/dev/fd/N,
@@ -365,7 +372,6 @@ static int begin_change(const char *p, bool lock, struct jseg **g)
 	return 1;
 }
 
-/* KNOWN: P's lstat, taken while P's locks were held; NULL: look again. */
 /* The part a JC_RANGE capture is of (pre_fd_range): this thread's. */
 static __thread struct jrange *range_want __attribute__((tls_model("initial-exec")));
 /* A JC_TRUNC check is of a cut to this length (pre_cut), -1: any. */
@@ -381,6 +387,7 @@ HIDDEN void pre_cut(off_t n)
 	jcap_cut_to(n < 0 ? JCUT_ANY : (uint64_t)n);
 }
 
+/* KNOWN: P's lstat, taken while P's locks were held; NULL: look again. */
 static int capture(const char *p, enum jcap_op op, bool lock, const struct stat *known)
 {
 	struct jseg *g;
@@ -1122,16 +1129,25 @@ HIDDEN int pre_fd_pending(int fd, const struct stat *st)
 	return pre_fd_pending_op(fd, st, JC_WRITE);
 }
 
-static int pre_fd_pending_op(int fd, const struct stat *st, enum jcap_op op)
+/* The name of FD's file (ST: its fstat) into P: the cached one, unless
+ * another process moved, replaced or removed the file since (its lstat is
+ * another inode, or none): then the name the kernel has for it now, "NAME
+ * (deleted)" or the journal's objects/D/S.ino. 0 or -errno. */
+HIDDEN int fd_name_now(char p[PATH_MAX], int fd, const struct stat *st)
 {
-	char p[PATH_MAX];
 	struct stat ls;
 	int err = path_fd(p, fd);
 
-	/* the cached name, unless another process moved or removed the file
-	 * since: then the name the kernel has for it now */
 	if (err || lstat(p, &ls) < 0 || ls.st_dev != st->st_dev || ls.st_ino != st->st_ino)
 		err = path_fd_read(p, fd, true);
+	return err;
+}
+
+static int pre_fd_pending_op(int fd, const struct stat *st, enum jcap_op op)
+{
+	char p[PATH_MAX];
+	int err = fd_name_now(p, fd, st);
+
 	if (err)                /* no name to journal it under (deeper than PATH_MAX) */
 		return refuse_unjournaled("(descriptor)", err);
 	jcap_read_through(fd, pend_reader);
@@ -1180,16 +1196,14 @@ static int kept_range(const char *p, const struct stat *st)
 	if (!kept_inode(p)) {
 		if (jkept_object(&shim.s, st->st_dev, st->st_ino, rel) ||
 		    (size_t)snprintf(obj, sizeof(obj), "%s/%s", shim.journal, rel) >= sizeof(obj)) {
-			shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
-			return EACCES;
+			return refuse_kept(p);
 		}
 		p = obj;
 	}
 	lock_paths(g, p, NULL);
 	err = jcap_range(g, shim_txn(), p, range_want);
 	if (err == -ENOTSUP) {          /* a session without parts */
-		shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
-		return EACCES;
+		return refuse_kept(p);
 	}
 	return err ? refuse_unjournaled(p, err) : 0;
 }
@@ -1201,8 +1215,7 @@ static int pre_pending_at_op(char p[PATH_MAX], const struct stat *st, enum jcap_
 			return 0;
 		if (op == JC_RANGE)
 			return kept_range(p, st);
-		shim_say("cannot change", p, EACCES, "a removed file whose pre-image the journal keeps");
-		return EACCES;
+		return refuse_kept(p);
 	}
 	return check("change", p, op, false, false, NULL);
 }
@@ -1210,19 +1223,16 @@ static int pre_pending_at_op(char p[PATH_MAX], const struct stat *st, enum jcap_
 HIDDEN int pre_fd(int fd, enum jcap_op op)
 {
 	char p[PATH_MAX];
-	struct stat fs, ls;
+	struct stat fs;
 	int err;
 
 	if (path_fd(p, fd))
 		return 0;               /* a pipe, a socket: nothing to restore */
-	/* a change of the bytes or the size: the cached name, unless another
-	 * process moved, replaced or removed the file since (then the name
-	 * the kernel has for it now: its removal may keep the inode as its
-	 * pre-image, or another file may have the name) */
+	/* a change of the bytes or the size: the file's name now (its removal
+	 * may keep the inode as its pre-image, or another file may have the
+	 * cached name) */
 	fs.st_nlink = 0;
-	if (op != JC_META && fstat(fd, &fs) == 0 && S_ISREG(fs.st_mode) &&
-	    (lstat(p, &ls) < 0 || ls.st_dev != fs.st_dev || ls.st_ino != fs.st_ino) &&
-	    (err = path_fd_read(p, fd, true)))
+	if (op != JC_META && fstat(fd, &fs) == 0 && S_ISREG(fs.st_mode) && (err = fd_name_now(p, fd, &fs)))
 		return refuse_unjournaled("(descriptor)", err);
 	if (kept_inode(p))
 		return kept_change(fd, p);

@@ -109,13 +109,12 @@ static void pend_clear(int fd)
 HIDDEN bool pend_named(int fd, const struct stat *st, char p[PATH_MAX])
 {
 	uint64_t gen = shim.session_open ? __atomic_load_n(&shim.s.ctr[2], __ATOMIC_ACQUIRE) + 1 : 0;
-	struct stat ls;
 
 	if ((unsigned)fd >= PEND_N || path_fd(p, fd))
 		return false;
 	if (gen && pend_id[fd].named == gen)
 		return true;
-	if ((lstat(p, &ls) < 0 || ls.st_dev != st->st_dev || ls.st_ino != st->st_ino) && path_fd_read(p, fd, true))
+	if (fd_name_now(p, fd, st))
 		return false;
 	pend_id[fd].named = gen;
 	return true;

@@ -209,6 +209,7 @@ HIDDEN int pre_fd(int fd, enum jcap_op op);
 HIDDEN int pre_fd_pending(int fd, const struct stat *st);
 HIDDEN int pre_pending_at(char p[PATH_MAX], const struct stat *st);
 HIDDEN int pre_fd_range(int fd, const struct stat *st, struct jrange *want);
+HIDDEN int fd_name_now(char p[PATH_MAX], int fd, const struct stat *st);
 HIDDEN int pre_ftruncate(int fd, off_t n);     /* pending.c */
 HIDDEN void pre_cut(off_t n);
 HIDDEN void shim_lock_fd(int fd, const struct stat *st);
