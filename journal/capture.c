@@ -793,26 +793,49 @@ static int rec_append(struct jseg *g, uint32_t txn, const char *path, const void
 	return emit(g, txn, &r, 0);
 }
 
-static int rec_content(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+/* J_CONTENT of the regular file PATH as it is now: all of it, or (WANT)
+ * the part WANT names, its bytes up to where the file ends, with its whole
+ * stat (WANT says then what the record holds). Not a regular file: its
+ * metadata (never open a device or a fifo). */
+static int rec_bytes(struct jseg *g, uint32_t txn, const char *path, struct jrange *want)
 {
 	struct stat st;
-	struct rec r = { .type = J_CONTENT, .path = path, .st = &st };
+	struct rec r = { .type = J_CONTENT, .rflags = want ? JR_RANGE : 0, .path = path, .st = &st };
+	uint64_t off = 0, size;
 	int fd, err;
 
-	(void)arg;
 	if (lstat(path, &st) < 0)
 		return -errno;
-	if (!S_ISREG(st.st_mode))       /* never open a device or a fifo */
+	if (!S_ISREG(st.st_mode))
 		return rec_meta(g, txn, path, &strong);
 	fd = open_pre(path, &st);
 	if (fd < 0)
 		return fd;
-	if (S_ISREG(st.st_mode))
-		err = emit_with_bytes(g, txn, &r, fd, 0);
-	else
-		err = rec_meta(g, txn, path, &strong);
+	if (!S_ISREG(st.st_mode)) {
+		close_pre(fd);
+		return rec_meta(g, txn, path, &strong);
+	}
+	size = (uint64_t)st.st_size;
+	if (want) {
+		off = want->off < size ? want->off : size;
+		r.offset = &off;
+		r.len = want->len < size - off ? want->len : size - off;
+	}
+	err = emit_with_bytes(g, txn, &r, fd, 0);
 	close_pre(fd);
+	if (!err && want) {
+		want->off = off;
+		want->len = r.len;
+		want->size = size;
+		want->saved = true;
+	}
 	return err;
+}
+
+static int rec_content(struct jseg *g, uint32_t txn, const char *path, const void *arg)
+{
+	(void)arg;
+	return rec_bytes(g, txn, path, NULL);
 }
 
 /* Where the system calls of a removal find the file: the program's own
@@ -1153,42 +1176,6 @@ static int cut(struct jseg *g, uint32_t txn, const char *path, bool always_)
 	return err == SIZED || err == SKIPPED ? 0 : err;
 }
 
-/* J_CONTENT of the part of PATH that ARG (a struct jrange) names, as the
- * file is now: its bytes up to where it ends, its whole stat. */
-static int rec_range(struct jseg *g, uint32_t txn, const char *path, const void *arg)
-{
-	struct jrange *want = (struct jrange *)arg;
-	struct stat st;
-	struct rec r = { .type = J_CONTENT, .rflags = JR_RANGE, .path = path, .st = &st };
-	uint64_t off, size;
-	int fd, err;
-
-	if (lstat(path, &st) < 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return rec_meta(g, txn, path, &strong);
-	fd = open_pre(path, &st);
-	if (fd < 0)
-		return fd;
-	if (!S_ISREG(st.st_mode)) {
-		close_pre(fd);
-		return rec_meta(g, txn, path, &strong);
-	}
-	size = (uint64_t)st.st_size;
-	off = want->off < size ? want->off : size;
-	r.offset = &off;
-	r.len = want->len < size - off ? want->len : size - off;
-	err = emit_with_bytes(g, txn, &r, fd, 0);
-	close_pre(fd);
-	if (!err) {
-		want->off = off;
-		want->len = r.len;
-		want->size = size;
-		want->saved = true;
-	}
-	return err;
-}
-
 int jcap_range(struct jseg *g, uint32_t txn, const char *path, struct jrange *want)
 {
 	struct dclaim c;
@@ -1201,10 +1188,10 @@ int jcap_range(struct jseg *g, uint32_t txn, const char *path, struct jrange *wa
 	if (lstat(path, &st) < 0)
 		return -errno;
 	if (S_ISREG(st.st_mode) && st.st_nlink > 1)     /* each change of those is recorded */
-		return rec_range(g, txn, path, want);
+		return rec_bytes(g, txn, path, want);
 	if (dedup_claim(g->s, txn, dedup_generation(g->s), path, DL_FULL, &c))
 		return 0;       /* the whole file is this transaction's already */
-	err = rec_range(g, txn, path, want);
+	err = rec_bytes(g, txn, path, want);
 	/* the path's last record is this transaction's, and saved its
 	 * metadata (not its size: a later J_APPEND is still written) */
 	c.level = DL_META;
