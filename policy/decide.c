@@ -128,9 +128,12 @@ static bool entries_ok(const struct pol_hdr *h, int t, const char *base)
 			     x[i].len == strlen(base + x[i].path);
 	} else if (t < PT_DENY) {
 		const struct pol_glob *x = (const void *)e;
+		uint32_t na = h->nanch[t - PT_GLOB0];
+		ok = na <= n && (na == 0 || h->alcp[t - PT_GLOB0] <= x[0].litlen) &&
+		     (na == n || h->flcp[t - PT_GLOB0] <= x[na].litlen);
 		for (uint32_t i = 0; i < n && ok; i++)
 			ok = x[i].pat && str_ok(h, P_CORE, x[i].pat) && str_ok(h, P_TEXT, x[i].rule) &&
-			     x[i].litlen <= strlen(base + x[i].pat);
+			     x[i].litlen <= strlen(base + x[i].pat) && x[i].anchored == (i < na);
 	} else if (t <= PT_EXEMPT) {
 		const struct pol_erule *x = (const void *)e;
 		for (uint32_t i = 0; i < n && ok; i++)
@@ -156,7 +159,6 @@ void pol_filters(struct policy *pol)
 	_Static_assert(PK_COUNT <= sizeof(pol->lcp) / sizeof(pol->lcp[0]), "one filter per kind");
 	for (int k = 0; k < PK_COUNT; k++) {
 		const struct pol_prefix *t = POL_TAB(pol, PT_PREFIX0 + k, struct pol_prefix);
-		const struct pol_glob *g = POL_TAB(pol, PT_GLOB0 + k, struct pol_glob);
 		uint32_t n = pol->b->tab[PT_PREFIX0 + k].n;
 
 		if (n) {
@@ -166,8 +168,7 @@ void pol_filters(struct policy *pol)
 				i++;
 			pol->lcp[k] = i;
 		}
-		for (uint32_t i = 0; i < pol->b->tab[PT_GLOB0 + k].n; i++)
-			pol->anchored[k] |= g[i].anchored;
+		pol->anchored[k] = pol->b->nanch[k] > 0;
 	}
 
 	/* the read check's own line (struct policy): no prefix is a head no
@@ -543,24 +544,75 @@ static bool glob_at(const struct policy *pol, const struct pol_glob *g, const ch
 	return e && glob_match(pat, s, (size_t)(e - s), true);
 }
 
-/* Floating patterns are tried at each component whose first byte one of
- * them can start with; anchored ones once. */
-static const uint32_t *glob_rule(const struct policy *pol, int kind, const char *p, size_t len)
+/* Whether P (N bytes) may lie under the literal directory of one of the
+ * anchored globs of KIND (they are tried only then): it starts with the
+ * bytes all their literal parts start with, and one of its ancestors has
+ * a bit in their bloom filter. */
+static bool anchored_may(const struct policy *pol, int kind, const char *p, size_t n)
+{
+	const struct pol_glob *t = POL_TAB(pol, PT_GLOB0 + kind, struct pol_glob);
+	const uint64_t *bloom = pol->b->abloom[kind];
+	size_t l = pol->b->alcp[kind];
+	uint32_t h = POL_PHASH0;
+
+	if (n < l || memcmp(p, pol_str(pol, t[0].pat), l))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		h = pol_phash(h, (unsigned char)p[i]);
+		if ((i == 0 || (i + 1 < n && p[i + 1] == '/')) && pol_bit(bloom, h % POL_ABLOOM_BITS))
+			return true;
+	}
+	return false;
+}
+
+/* Whether the component at S (N bytes to the path's end) starts with the
+ * bytes every floating glob of KIND starts with (FLCP, at most 8). */
+static inline bool floating_may(const struct policy *pol, int kind, const char *s, size_t n, const char *head)
+{
+	size_t l = pol->b->flcp[kind];
+
+	return n >= l && !memcmp(s, head, l);
+}
+
+/* The first anchored glob of KIND that matches P (LEN bytes), tried only
+ * where anchored_may says one could. */
+static const uint32_t *anchored_rule(const struct policy *pol, int kind, const char *p, size_t len)
+{
+	const struct pol_glob *t = POL_TAB(pol, PT_GLOB0 + kind, struct pol_glob);
+	uint32_t na = pol->b->nanch[kind];
+
+	if (na && anchored_may(pol, kind, p, len))
+		for (uint32_t i = 0; i < na; i++)
+			if (glob_at(pol, &t[i], p))
+				return &t[i].rule;
+	return NULL;
+}
+
+/* The first floating glob of KIND that matches at a component of P, tried
+ * at each component whose first bytes they can start with. */
+static const uint32_t *floating_rule(const struct policy *pol, int kind, const char *p, size_t len)
 {
 	const struct pol_glob *t = POL_TAB(pol, PT_GLOB0 + kind, struct pol_glob);
 	const uint64_t *first = pol->b->firstbits[kind];
-	uint32_t n = pol->b->tab[PT_GLOB0 + kind].n;
+	uint32_t n = pol->b->tab[PT_GLOB0 + kind].n, na = pol->b->nanch[kind];
 
-	if (!n)
+	if (na == n)
 		return NULL;
-	for (uint32_t i = 0; pol->anchored[kind] && i < n; i++)
-		if (t[i].anchored && glob_at(pol, &t[i], p))
-			return &t[i].rule;
+	const char *head = pol_str(pol, t[na].pat);
 	for (size_t j = next_comp(p, len, 0, first); j < len; j = next_comp(p, len, j, first))
-		for (uint32_t i = 0; i < n; i++)
-			if (!t[i].anchored && glob_at(pol, &t[i], p + j))
-				return &t[i].rule;
+		if (floating_may(pol, kind, p + j, len - j, head))
+			for (uint32_t i = na; i < n; i++)
+				if (glob_at(pol, &t[i], p + j))
+					return &t[i].rule;
 	return NULL;
+}
+
+/* The anchored globs first, as in the file's order each class. */
+static const uint32_t *glob_rule(const struct policy *pol, int kind, const char *p, size_t len)
+{
+	const uint32_t *r = anchored_rule(pol, kind, p, len);
+
+	return r ? r : floating_rule(pol, kind, p, len);
 }
 
 static const uint32_t *path_rule(const struct policy *pol, int kind, const char *p, size_t n)
@@ -576,14 +628,14 @@ static const uint32_t *path_rule(const struct policy *pol, int kind, const char 
  * without a look at the block (its table, bloom filter and strings are
  * pages a read then never touches). The prefixes only when the path begins
  * with the bytes all of them begin with (its first word compared; a path
- * shorter than a word is asked of prefix_rule), the globs only when one of
- * its components begins with a byte a floating glob can begin with, or
- * when there are anchored ones.
+ * shorter than a word is asked of prefix_rule), the floating globs only
+ * when one of its components begins with a byte one can begin with, the
+ * anchored ones only when anchored_may finds their directory among its
+ * ancestors (the default policy's are under ~/.config, ~/.mozilla ...:
+ * trying each of its 30 on every read cost more than the open itself).
  */
 HOT static bool hidden_glob_may(const struct policy *pol, const char *p, size_t n)
 {
-	if (pol->anchored[PK_HIDDEN])
-		return true;
 	if (pol->hidden_nfirst == 255)
 		return next_comp(p, n, 0, pol->hidden_first) < n;
 	return pol->hidden_nfirst && comp_starts_with(p, n, pol->hidden_firstc);
@@ -596,8 +648,10 @@ HOT static const uint32_t *hidden_rule(const struct policy *pol, const char *p, 
 
 	if (n < 8 || (memcpy(&w, p, 8), (w & pol->hidden_mask) == pol->hidden_head))
 		r = prefix_rule(pol, PK_HIDDEN, p, n);
+	if (!r && pol->anchored[PK_HIDDEN])
+		r = anchored_rule(pol, PK_HIDDEN, p, n);
 	if (!r && hidden_glob_may(pol, p, n))
-		r = glob_rule(pol, PK_HIDDEN, p, n);
+		r = floating_rule(pol, PK_HIDDEN, p, n);
 	return r;
 }
 

@@ -27,7 +27,7 @@
 #include "policy.h"
 
 #define POL_MAGIC       0x4c4f5046u     /* "FPOL" */
-#define POL_VERSION     5u      /* 3: !TOKEN in command rules; 4: carriers; 5: parts */
+#define POL_VERSION     6u      /* 3: !TOKEN in command rules; 4: carriers; 5: parts; 6: glob filters */
 
 /* The path tables: each is a sorted array of literal prefixes and an array
  * of glob patterns. */
@@ -45,6 +45,7 @@ enum {
 };
 
 #define POL_BLOOM_BITS  4096
+#define POL_ABLOOM_BITS 1024
 
 /* The hash of a path prefix, one byte at a time (FNV-1a 32). */
 static inline uint32_t pol_phash(uint32_t h, unsigned char c)
@@ -87,6 +88,16 @@ struct pol_hdr {
 	 * bits set when one starts with a wildcard). */
 	uint64_t bloom[PK_COUNT][POL_BLOOM_BITS / 64];
 	uint64_t firstbits[PK_COUNT][4];
+	/* The globs of each kind: the anchored ones first (NANCH of them, in
+	 * file order, then the floating ones in file order: the anchored are
+	 * tried first anyway), a bloom filter of the anchored ones' literal
+	 * directories (pol_glob_dir), the bytes all their literal parts begin
+	 * with (ALCP of them, the first one's), and the bytes every floating
+	 * one's literal part begins with (FLCP of them, at most 8, the first
+	 * floating one's). */
+	uint64_t abloom[PK_COUNT][POL_ABLOOM_BITS / 64];
+	uint32_t nanch[PK_COUNT];
+	uint8_t alcp[PK_COUNT], flcp[PK_COUNT];
 };
 
 struct pol_prefix {
@@ -99,6 +110,18 @@ struct pol_glob {
 	uint8_t anchored;               /* absolute: matched from the root */
 	uint8_t litlen;                 /* literal bytes before the first wildcard (<= 255) */
 };
+
+/* The length of an anchored glob's literal directory: PAT's literal part
+ * (LITLEN bytes) up to its last '/', or 1 ("/") where the wildcard is in
+ * the first component. A path the glob matches has it as an ancestor. */
+static inline size_t pol_glob_dir(const char *pat, size_t litlen)
+{
+	size_t d = litlen;
+
+	while (d > 1 && pat[d - 1] != '/')
+		d--;
+	return d > 1 ? d - 1 : 1;
+}
 
 /* An exec rule. FIRST and ANYFIRST let a program be ruled out in a few
  * instructions (most rules name programs that start with other letters):

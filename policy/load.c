@@ -735,6 +735,58 @@ static int cmp_prefix(const void *x, const void *y, void *arg)
 	return strcmp(bstr(b, a->path), bstr(b, c->path));
 }
 
+/* The common prefix of the literal parts of G[0..N): its length, at most MAX. */
+static uint8_t glob_lcp(const struct build *b, const struct pol_glob *g, size_t n, size_t max)
+{
+	size_t l = n ? g[0].litlen : 0;
+
+	for (size_t i = 1; i < n; i++) {
+		const char *a = bstr(b, g[0].pat), *c = bstr(b, g[i].pat);
+		size_t m = 0;
+		while (m < l && m < g[i].litlen && a[m] == c[m])
+			m++;
+		l = m;
+	}
+	return (uint8_t)(l < max ? l : max);
+}
+
+/* The glob filters of kind K (struct pol_hdr): the N globs at G put in
+ * their order (anchored first, each class in file order), then the
+ * filters of each class. */
+static void glob_filters(struct build *b, int k, struct pol_glob *g, size_t n)
+{
+	struct pol_glob *t = n ? malloc(n * sizeof(*g)) : NULL;
+	size_t na = 0, j = 0;
+
+	if (n && !t) {
+		fail(b, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		na += g[i].anchored;
+	for (size_t i = 0; i < n; i++)
+		t[g[i].anchored ? j++ : na + i - j] = g[i];
+	if (n)
+		memcpy(g, t, n * sizeof(*g));
+	free(t);
+	b->h.nanch[k] = (uint32_t)na;
+	b->h.alcp[k] = glob_lcp(b, g, na, 255);
+	b->h.flcp[k] = glob_lcp(b, g + na, n - na, 8);
+	for (size_t i = 0; i < na; i++) {
+		const char *pat = bstr(b, g[i].pat);
+		uint32_t h = POL_PHASH0;
+		for (size_t c = 0, d = pol_glob_dir(pat, g[i].litlen); c < d; c++)
+			h = pol_phash(h, (unsigned char)pat[c]);
+		pol_setbit(b->h.abloom[k], h % POL_ABLOOM_BITS);
+	}
+	for (size_t i = na; i < n; i++) {
+		if (g[i].litlen)
+			pol_setbit(b->h.firstbits[k], (unsigned char)bstr(b, g[i].pat)[0]);
+		else
+			memset(b->h.firstbits[k], 0xff, sizeof(b->h.firstbits[k]));
+	}
+}
+
 static void filters(struct build *b)
 {
 	for (int k = 0; k < PK_COUNT; k++) {
@@ -747,16 +799,7 @@ static void filters(struct build *b)
 				h = pol_phash(h, (unsigned char)path[c]);
 			pol_setbit(b->h.bloom[k], h % POL_BLOOM_BITS);
 		}
-		for (size_t i = 0; i < g->len / sizeof(struct pol_glob); i++) {
-			const struct pol_glob *e = (const struct pol_glob *)g->p + i;
-			const char *pat = bstr(b, e->pat);
-			if (e->anchored)
-				continue;
-			if (e->litlen)
-				pol_setbit(b->h.firstbits[k], (unsigned char)pat[0]);
-			else
-				memset(b->h.firstbits[k], 0xff, sizeof(b->h.firstbits[k]));
-		}
+		glob_filters(b, k, (struct pol_glob *)g->p, g->len / sizeof(struct pol_glob));
 	}
 }
 
@@ -837,6 +880,8 @@ static int finish(struct build *b, struct policy **out)
 			qsort_r(v->p, v->len / sizeof(struct pol_prefix), sizeof(struct pol_prefix), cmp_prefix, b);
 	}
 	filters(b);
+	if (b->err_line >= 0)
+		return -1;
 
 	/* each part: its strings, its arrays, up to the next word */
 	for (int p = 0; p < POL_PARTS; p++) {

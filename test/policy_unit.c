@@ -1437,12 +1437,26 @@ static void test_read_filters_against_reference(void **state)
 		  { 0 }, { ".env", "id_rsa", "secrets/key", "xx" }, { 0 } },
 		{ "[paths]\nhidden = .env\nhidden = id_rsa\nhidden = secrets/key\nhidden = xx\nhidden = z\n",
 		  { 0 }, { ".env", "id_rsa", "secrets/key", "xx", "z" }, { 0 } },
+		/* anchored globs in several directories (tried only under one of
+		 * them: struct pol_hdr's abloom), one in the first component,
+		 * floating ones sharing their first bytes (flcp), both interleaved
+		 * in the file */
+		{ "[paths]\nhidden = .env\nhidden = /home/u/.mozilla/firefox/*/logins.json\nhidden = .env.*.local\n"
+		  "hidden = /home/u/.config/*/Cookies\nhidden = /*/shadow\nhidden = .envrc\nhidden = /home/u/ws/a?d\n"
+		  "hidden = /home/u/.config/gh/x*\n",
+		  { 0 }, { ".env", ".env.*.local", ".envrc" },
+		  { "/home/u/.mozilla/firefox/*/logins.json", "/home/u/.config/*/Cookies", "/*/shadow", "/home/u/ws/a?d",
+		    "/home/u/.config/gh/x*" } },
+		/* anchored globs alone, with no common first bytes but "/" */
+		{ "[paths]\nhidden = /w/k?y\nhidden = /home/u/.config/*/Cookies\nhidden = /etc/*w\n",
+		  { 0 }, { 0 }, { "/w/k?y", "/home/u/.config/*/Cookies", "/etc/*w" } },
 	};
 	static const char *const comps[] = {
 		"home", "u", ".ssh", ".aws", ".config", "gh", "w", "ws", "key", "secrets", ".env", ".env.x.local",
 		".env.local", "id_rsa", "id_rsa.pub", "id_ed25519", "etc", "shadow", "a.pem", "pem", "xx", "x", "ax",
 		"abd", "acd", "f.k", ".k", "averyveryverylongname", "secret", "s2", "src", "0123456789abcdef", "i",
-		".", "e", "z",
+		".", "e", "z", ".mozilla", "firefox", "p1", "logins.json", "Cookies", ".envrc", ".en", ".envx", "kky",
+		"xa",
 	};
 	const size_t nc = sizeof(comps) / sizeof(comps[0]);
 	unsigned long long seed = 88172645463325252ull;
