@@ -44,6 +44,7 @@ struct build {
 	char file_buf[PATH_MAX];        /* the file an error is in, if a base */
 	int nesting;
 	bool have_writable;
+	struct dirlist dirs;            /* the listings add_path looked at */
 };
 
 static int vec_add(struct vec *v, const void *p, size_t n)
@@ -329,7 +330,7 @@ static int add_path(struct build *b, int kind, const char *key, const char *valu
 	if (p[0] == '/' && !glob_has_magic(p, n)) {
 		int r = add_prefix(b, kind, p, rule);
 		/* The same root through its real path, if a symlink leads there. */
-		if (r > 0 && pol_real_path(p, real) && strcmp(real, p))
+		if (r > 0 && dirlist_real_path(&b->dirs, p, real) && strcmp(real, p))
 			r = add_prefix(b, kind, real, rule);
 		return r;
 	}
@@ -953,6 +954,7 @@ static void init_build(struct build *b, const char *file)
 
 static void done_build(struct build *b)
 {
+	dirlist_free(&b->dirs);
 	for (int p = 0; p < POL_PARTS; p++)
 		free(b->str[p].p);
 	free(b->fetchers.p);

@@ -534,6 +534,65 @@ static void test_paths_through_symlinks(void **state)
 	policy_free(pol);
 }
 
+/* Literal paths are looked up in their directories' listings (policy/
+ * dirlist.c) once a directory is asked about twice, and through the
+ * kernel where a listing cannot be used (a directory too large): a
+ * symlink among many missing names still counts at its target, in both
+ * kinds of directory and one level down. */
+static void test_paths_through_listed_symlinks(void **state)
+{
+	char d[PATH_MAX], big[PATH_MAX], tgt[PATH_MAX], p[PATH_MAX + 64], text[16384];
+	size_t n = 0;
+	struct policy *pol;
+
+	(void)state;
+	snprintf(d, sizeof(d), "%s/listed", dir);
+	snprintf(big, sizeof(big), "%s/big", dir);
+	snprintf(tgt, sizeof(tgt), "%s/targets", dir);
+	assert_int_equal(mkdir(d, 0700), 0);
+	assert_int_equal(mkdir(big, 0700), 0);
+	assert_int_equal(mkdir(tgt, 0700), 0);
+	for (int i = 0; i < 300; i++) {         /* more entries than one listing holds */
+		snprintf(p, sizeof(p), "%s/a-rather-long-file-name-to-fill-the-buffer-%03d", big, i);
+		assert_int_equal(mknod(p, S_IFREG | 0600, 0), 0);
+	}
+	const char *made[] = { "t1", "t2", "t3", "sub-t", "sub-t/e" };
+	for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", tgt, made[i]);
+		assert_int_equal(mkdir(p, 0700), 0);
+	}
+	const char *links[][2] = { { "a", "t1" }, { "dangling", "nothing" }, { "sub", "sub-t" } };
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+		char to[PATH_MAX + 16];
+		snprintf(to, sizeof(to), "%s/%s", tgt, links[i][1]);
+		snprintf(p, sizeof(p), "%s/%s", d, links[i][0]);
+		assert_int_equal(symlink(to, p), 0);
+		snprintf(p, sizeof(p), "%s/%s", big, links[i][0]);
+		assert_int_equal(symlink(to, p), 0);
+	}
+	n += (size_t)snprintf(text + n, sizeof(text) - n, "[paths]\n");
+	for (int k = 0; k < 2; k++) {
+		const char *at = k ? big : d;
+		const char *names[] = { "m1", "m2", "m3", "a", "m4", "dangling", "sub/e", "sub/m5", "m6/x", "m7" };
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			n += (size_t)snprintf(text + n, sizeof(text) - n, "hidden = %s/%s\n", at, names[i]);
+	}
+	pol = load(text);
+	assert_non_null(pol);
+	static const struct { const char *rel; enum pverdict v; } cases[] = {
+		{ "targets/t1/k", PV_DENY },            /* a, a symlink among missing names */
+		{ "targets/sub-t/e/k", PV_DENY },       /* sub/e, through a symlinked directory */
+		{ "targets/t2/k", PV_ALLOW }, { "targets/nothing/k", PV_ALLOW }, { "targets/sub-t/m5", PV_ALLOW },
+		{ "listed/m1/k", PV_DENY }, { "big/m7", PV_DENY }, { "listed/a/k", PV_DENY },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", dir, cases[i].rel);
+		print_message("read %s\n", p);
+		assert_int_equal(path(pol, p, false), cases[i].v);
+	}
+	policy_free(pol);
+}
+
 static void test_devices(void **state)
 {
 	struct policy *pol = load("[paths]\nwritable = /w/ws\n");
@@ -1594,6 +1653,7 @@ int main(void)
 		cmocka_unit_test(test_key_hidden_protected_untracked),
 		cmocka_unit_test(test_prefix_filters),
 		cmocka_unit_test(test_paths_through_symlinks),
+		cmocka_unit_test(test_paths_through_listed_symlinks),
 		cmocka_unit_test(test_devices),
 		cmocka_unit_test(test_own_virtual_console),
 		cmocka_unit_test(test_carriers),
