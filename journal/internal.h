@@ -23,6 +23,8 @@ int  jfile_header_check(const uint8_t *h, size_t n, unsigned kind, uint8_t salt[
 			uint32_t *features);
 uint32_t jseed(const uint8_t salt[J_SALT_LEN]);
 int  jwrite_all(int fd, const void *p, size_t n);
+struct iovec;
+int  jwritev_all(int fd, struct iovec *iov, int n);
 int  jlocks_create(int dfd, bool shared, bool reserve);
 int  jlocks_map(struct jsession *s);
 size_t jlocks_size(void);

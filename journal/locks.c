@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include "internal.h"
 
@@ -62,39 +63,42 @@ static int make_reserve(int fd, off_t at)
  * writer that makes log/, jshared_make_reserve); else SESSION/locks. */
 int jlocks_create(int dfd, bool shared, bool reserve)
 {
-	enum { PER = 4096 / sizeof(pthread_mutex_t) };
+	enum { PER = 4096 / sizeof(pthread_mutex_t), NIOV = 64 };
+	static const uint8_t zero[4096];
 	pthread_mutexattr_t a;
 	pthread_mutex_t m[PER];
-	int fd, err = 0;
+	struct iovec iov[NIOV];
+	int fd, err = 0, n = 0;
 	size_t end = shared ? JL_SHARED_MAP : JL_FILE_SIZE, at = shared ? J_SEQ_FILE_SIZE : 0;
 
+	_Static_assert(J_SEQ_FILE_SIZE == sizeof(zero), "the counters are a page");
 	pthread_mutexattr_init(&a);
 	pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
 	pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
 	memset(m, 0, sizeof(m));
-	fd = openat(dfd, shared ? "shared" : "locks", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		pthread_mutexattr_destroy(&a);
-		return -errno;
-	}
-	if (shared) {                   /* the counters, all zero */
-		static const uint8_t zero[J_SEQ_FILE_SIZE];
-		err = jwrite_all(fd, zero, sizeof(zero));
-	}
 	for (unsigned i = 0; i < PER; i++)
 		pthread_mutex_init(&m[i], &a);
 	pthread_mutexattr_destroy(&a);
-	for (unsigned i = 0; i < JL_STRIPES && !err; i += PER) {
+	fd = openat(dfd, shared ? "shared" : "locks", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	/* one writev: the counters (all zero), the mutexes (a page of
+	 * initialised copies, as often as needed), the shared segments' table
+	 * (all free, zero) on a page of its own */
+	if (shared)
+		iov[n++] = (struct iovec){ (void *)zero, sizeof(zero) };
+	for (unsigned i = 0; i < JL_STRIPES && n < NIOV; i += PER) {
 		unsigned k = JL_STRIPES - i < PER ? JL_STRIPES - i : PER;
-		err = jwrite_all(fd, m, k * sizeof(m[0]));
+		iov[n++] = (struct iovec){ m, k * sizeof(m[0]) };
 	}
-	/* the shared segments' table, all free (zero), on a page of its own */
-	memset(m, 0, sizeof(m));
-	for (size_t off = at + JL_MUTEX_SIZE; off < end && !err;) {
-		size_t k = end - off < sizeof(m) ? end - off : sizeof(m);
-		err = jwrite_all(fd, m, k);
+	for (size_t off = at + JL_MUTEX_SIZE; off < end && n < NIOV;) {
+		size_t k = end - off < sizeof(zero) ? end - off : sizeof(zero);
+		iov[n++] = (struct iovec){ (void *)zero, k };
 		off += k;
 	}
+	_Static_assert((JL_STRIPES + PER - 1) / PER + (JL_SHARED_MAP - JL_MUTEX_SIZE) / 4096 + 2 <= NIOV,
+		       "the file's parts fit the iovec array");
+	err = jwritev_all(fd, iov, n);
 	if (!err && shared && reserve)
 		err = make_reserve(fd, (off_t)JL_SHARED_MAP);
 	else if (!err && shared && ftruncate(fd, (off_t)JL_RESERVE_AT) < 0)

@@ -27,6 +27,7 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include "internal.h"
 
@@ -155,6 +156,28 @@ void jfile_header(uint8_t h[J_FILE_HDR], const uint8_t salt[J_SALT_LEN], unsigne
 void jchain_start(uint8_t link[J_LINK_LEN], const uint8_t salt[J_SALT_LEN], const uint8_t h[J_FILE_HDR])
 {
 	jhash(link, salt, J_SALT_LEN, h, J_FILE_HDR);
+}
+
+/* writev of the N buffers at IOV, all of them (IOV is used up). */
+int jwritev_all(int fd, struct iovec *iov, int n)
+{
+	while (n > 0) {
+		ssize_t w = writev(fd, iov, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
 }
 
 int jwrite_all(int fd, const void *p, size_t n)

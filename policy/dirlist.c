@@ -55,6 +55,21 @@ static bool read_listing(struct dirlisting *l)
 	return true;
 }
 
+/* /proc, /sys and /dev and what is beneath: their listings are made at
+ * each read (/proc's of every process), and the paths a policy names there
+ * (/proc/self, /dev/shm) are there. */
+static bool kernel_made(const char *dir)
+{
+	static const char *const top[] = { "/proc", "/sys", "/dev" };
+
+	for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++) {
+		size_t n = strlen(top[i]);
+		if (!strncmp(dir, top[i], n) && (dir[n] == 0 || dir[n] == '/'))
+			return true;
+	}
+	return false;
+}
+
 /* The listing of DIR (its N bytes), or NULL where it is not to be used:
  * the first LIST_AFTER - 1 times a directory is asked about (a path there
  * is one open; a listing costs several, and of /proc or /dev more than a
@@ -79,7 +94,7 @@ static const struct dirlisting *list_of(struct dirlist *d, const char *dir, size
 		return NULL;
 	}
 	if (l->state == DL_ASKED && ++l->asked == LIST_AFTER)
-		l->state = read_listing(l) ? DL_READ : DL_UNKNOWN;
+		l->state = !kernel_made(l->dir) && read_listing(l) ? DL_READ : DL_UNKNOWN;
 	return l->state == DL_READ ? l : NULL;
 }
 
@@ -112,6 +127,11 @@ static int there(struct dirlist *d, const char *p, size_t n)
 	memcpy(name + 1, p + k, n - k);
 	name[n - k + 1] = 0;
 	return memmem(l->names, l->len, name, n - k + 2) != NULL;
+}
+
+int dirlist_there(struct dirlist *d, const char *p)
+{
+	return p[0] == '/' ? there(d, p, strlen(p)) : -1;
 }
 
 bool dirlist_real_path(struct dirlist *d, const char *p, char out[PATH_MAX])

@@ -262,24 +262,6 @@ int pol_unwrap(char *const argv[], int argc, const char **split);
 void pol_normalise(char *p);
 bool pol_real_path(const char *p, char out[PATH_MAX]);
 
-/* dirlist.c: pol_real_path for many paths, which first looks whether each
- * is there in the listing of its directory (read once, the fourth time
- * the directory is asked about). A listing: the directory's names, each
- * after a NUL and the last followed by one ("\0a\0b\0"), or MISSING. */
-struct dirlisting {
-	char *dir;
-	char *names;
-	size_t len;
-	bool missing;
-	enum { DL_ASKED, DL_READ, DL_UNKNOWN } state;
-	unsigned asked;
-};
-struct dirlist {
-	struct dirlisting l[32];
-	size_t n;
-};
-bool dirlist_real_path(struct dirlist *d, const char *p, char out[PATH_MAX]);
-void dirlist_free(struct dirlist *d);
 /* mounts.c: does the container start ARGV mount a host path the session
  * could not change (or read) itself? *WHY then says which. */
 bool pol_container_mounts(const struct policy *pol, char *const argv[], int argc, const char **why);

@@ -64,6 +64,18 @@ static int vec_add(struct vec *v, const void *p, size_t n)
 	return 0;
 }
 
+/* Room for N more bytes in V, made once: a compile that grows its
+ * vectors by doubling copies each (and touches twice the pages). */
+static void vec_reserve(struct vec *v, size_t n)
+{
+	char *q = v->cap ? NULL : malloc(n);
+
+	if (q) {
+		v->p = q;
+		v->cap = n;
+	}
+}
+
 __attribute__((format(printf, 2, 3)))
 static int fail(struct build *b, const char *fmt, ...)
 {
@@ -976,6 +988,15 @@ int policy_load_text(struct policy **out, const char *file, const char *text, si
 		return -1;
 	}
 	init_build(b, file);
+	/* the default policy's text (TEXT may name it as its base) made rule
+	 * texts (P_TEXT) of about its size, exec rules of half, and a table
+	 * of commands of a third: reserved at those sizes, as much again for
+	 * TEXT's own */
+	size_t est = len + policies_default_ini_len;
+	vec_reserve(&b->str[P_TEXT], est);
+	vec_reserve(&b->str[P_EXEC], est / 2);
+	vec_reserve(&b->str[P_CORE], est / 8);
+	vec_reserve(&b->tab[PT_DENY], est / 3);
 	ini_use_stack = false;
 	ini_max_line = MAX_LINE;
 	ini_initial_alloc = MAX_LINE;

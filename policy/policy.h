@@ -229,4 +229,26 @@ enum pverdict policy_signal(const struct policy *pol, pid_t target, int sig, boo
 enum pverdict policy_connect(const struct policy *pol, const struct sockaddr *sa, socklen_t len,
 			     const char **why);
 
+/* dirlist.c: whether many paths are there (and their real paths), from
+ * the listings of their directories, each read once, the fourth time the
+ * directory is asked about. A listing: the directory's names, each after
+ * a NUL and the last followed by one ("\0a\0b\0"), or MISSING. Mallocs:
+ * not in a vfork child. */
+struct dirlisting {
+	char *dir;
+	char *names;
+	size_t len;
+	bool missing;
+	enum { DL_ASKED, DL_READ, DL_UNKNOWN } state;
+	unsigned asked;
+};
+struct dirlist {
+	struct dirlisting l[32];
+	size_t n;
+};
+bool dirlist_real_path(struct dirlist *d, const char *p, char out[PATH_MAX]);
+/* 1: P (absolute, normalised) is there; 0: it is not; -1: cannot tell. */
+int dirlist_there(struct dirlist *d, const char *p);
+void dirlist_free(struct dirlist *d);
+
 #endif

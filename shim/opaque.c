@@ -363,16 +363,28 @@ static const char *const kind_name[PO_OTHERLD + 1] = {
 
 HIDDEN __thread bool exec_no_preload __attribute__((tls_model("initial-exec")));
 
-static bool allow_beneath(int rs, const char *dir, uint64_t access)
+/* Add a rule: ACCESS beneath DIR. False (errno set) where DIR cannot be
+ * opened; LISTED (or NULL): the listings of its directories (policy/
+ * dirlist.c), from which a missing root is known without an open. */
+static bool allow_beneath_in(int rs, const char *dir, uint64_t access, struct dirlist *listed)
 {
 	struct landlock_path_beneath_attr pb = { .allowed_access = access };
 
+	if (listed && dirlist_there(listed, dir) == 0) {
+		errno = ENOENT;
+		return false;
+	}
 	pb.parent_fd = open(dir, O_PATH | O_CLOEXEC);
 	if (pb.parent_fd < 0)
 		return false;
 	syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0);
 	close(pb.parent_fd);
 	return true;
+}
+
+static bool allow_beneath(int rs, const char *dir, uint64_t access)
+{
+	return allow_beneath_in(rs, dir, access, NULL);
 }
 
 /* The ancestors a ruleset's build opened for missing roots already (the
@@ -406,7 +418,8 @@ static bool ancestor_seen(struct seen_dirs *seen, const char *dir)
  * shim's path rules keep the rest of HOME closed to every program it sees
  * into. A program it cannot see into gets its own domain at its exec, from
  * the roots that exist then, with no such widening. */
-static void allow_missing_root(int rs, const char *root, uint64_t access, struct seen_dirs *seen)
+static void allow_missing_root(int rs, const char *root, uint64_t access, struct seen_dirs *seen,
+			       struct dirlist *listed)
 {
 	const char *home = shim_getenv("HOME");
 	size_t hn = home ? strlen(home) : 0;
@@ -421,7 +434,7 @@ static void allow_missing_root(int rs, const char *root, uint64_t access, struct
 	strcpy(dir, root);
 	while ((slash = strrchr(dir, '/')) && (size_t)(slash - dir) >= hn) {
 		*slash = 0;
-		if (ancestor_seen(seen, dir) || allow_beneath(rs, dir, access))
+		if (ancestor_seen(seen, dir) || allow_beneath_in(rs, dir, access, listed))
 			return;
 	}
 }
@@ -669,10 +682,17 @@ HIDDEN bool landlock_roots(const struct policy *pol, const char *journal)
 		return false;
 	roots = attr.fs & ~(uint64_t)DEVICE_NODES;
 	dev = attr.fs & (LANDLOCK_ACCESS_FS_WRITE_FILE | LL_IOCTL_DEV);
+	/* the session's roots: the default's some forty caches under HOME,
+	 * most of them missing, found so in HOME's listing (the root's
+	 * constructor: an opaque program's layer is made in a vfork child,
+	 * where the listings' malloc may not run) */
 	struct seen_dirs seen = { 0 };
+	struct dirlist listed = { .n = 0 }, *dl = journal ? &listed : NULL;
 	for (size_t i = 0; policy_root(pol, i); i++)
-		if (!allow_beneath(rs, policy_root(pol, i), roots) && journal && errno == ENOENT)
-			allow_missing_root(rs, policy_root(pol, i), roots, &seen);
+		if (!allow_beneath_in(rs, policy_root(pol, i), roots, dl) && journal && errno == ENOENT)
+			allow_missing_root(rs, policy_root(pol, i), roots, &seen, dl);
+	if (dl)
+		dirlist_free(dl);
 	if (journal)
 		allow_beneath(rs, journal, roots);
 	/* the terminals, /dev/null and the accelerators, /dev/shm, and a
