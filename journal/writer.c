@@ -331,6 +331,8 @@ static int lane_open(struct jseg *g, struct jsession *s, int k)
 	return 0;
 }
 
+static uint64_t owner_known;    /* ns << 32 | the pid that found it (owner_id) */
+
 /* Who takes a lane: this process's pid, with its pid namespace (the inode
  * of /proc/self/ns/pid; 0 without /proc), so that a process in another
  * namespace, where the same number is another process or none, never takes
@@ -344,8 +346,7 @@ static uint64_t owner_id(pid_t pid)
 	 * is not trusted: its child in a namespace of its own is pid 1 too,
 	 * and that child's children name a parent 1). Racing threads write
 	 * the same word. */
-	static uint64_t known;  /* ns << 32 | the pid that found it */
-	uint64_t k = __atomic_load_n(&known, __ATOMIC_RELAXED), ns;
+	uint64_t k = __atomic_load_n(&owner_known, __ATOMIC_RELAXED), ns;
 	struct stat st;
 
 	if (k && (uint32_t)k != 1 && ((uint32_t)k == (uint32_t)pid || (uint32_t)getppid() == (uint32_t)k))
@@ -353,8 +354,30 @@ static uint64_t owner_id(pid_t pid)
 	else
 		ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint32_t)st.st_ino : 0;
 	k = ns << 32 | (uint32_t)pid;
-	__atomic_store_n(&known, k, __ATOMIC_RELAXED);
+	__atomic_store_n(&owner_known, k, __ATOMIC_RELAXED);
 	return k;
+}
+
+void jseg_owner_warm(pid_t pid)
+{
+	(void)owner_id(pid);
+}
+
+/* In a fork child (SELF: its pid): the parent's namespace is the child's
+ * when the parent found it and getppid(2) names that parent (in another
+ * namespace it names 0); taken as the child's own, else forgotten. A
+ * value never passes on unchecked: a process that forks and never writes
+ * would otherwise hand its parent's down to descendants in a namespace an
+ * unshare(CLONE_NEWPID) made, where the same pid numbers come round. */
+void jseg_owner_forked(pid_t self)
+{
+	uint64_t k = __atomic_load_n(&owner_known, __ATOMIC_RELAXED);
+
+	if (k && (uint32_t)k != 1 && (uint32_t)getppid() == (uint32_t)k)
+		k = (k >> 32) << 32 | (uint32_t)self;
+	else
+		k = 0;
+	__atomic_store_n(&owner_known, k, __ATOMIC_RELAXED);
 }
 
 /* The lane's owner O holds it no more: gone from this namespace, or this

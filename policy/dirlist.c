@@ -19,17 +19,44 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include "internal.h"
 
+/* Filesystems whose listing holds every name a lookup finds: not those
+ * that hide names from it (ZFS's .zfs, a filer's .snapshot), mount on a
+ * lookup (autofs), or answer for a server (NFS, FUSE, SMB). Case-folding
+ * directories (ext4's and tmpfs's casefold) are seen in there(). */
+static bool listing_whole(int fd)
+{
+	static const unsigned long kinds[] = {
+		0xEF53,         /* ext2, ext3, ext4 */
+		0x58465342,     /* xfs */
+		0x9123683E,     /* btrfs */
+		0x01021994,     /* tmpfs */
+		0x794C7630,     /* overlayfs */
+		0xF2F52010,     /* f2fs */
+	};
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) < 0)
+		return false;
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if ((unsigned long)sf.f_type == kinds[i])
+			return true;
+	return false;
+}
+
 /* Read the listing of L->dir: false where it cannot be told (an
- * unreadable directory, one of more than LIST_MAX bytes of entries, no
- * memory), for which each path is asked of the kernel as before. */
+ * unreadable directory, one of more than LIST_MAX bytes of entries, one
+ * of a filesystem listing_whole does not know, no memory), for which each
+ * path is asked of the kernel as before. */
 #define LIST_MAX 8192
 static bool read_listing(struct dirlisting *l)
 {
-	char buf[LIST_MAX];
-	long k, got = 0, at;
+	char buf[LIST_MAX] __attribute__((aligned(8)));
+	long k = 0, got = 0, at;
 	int fd = open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	if (fd < 0) {
@@ -38,8 +65,11 @@ static bool read_listing(struct dirlisting *l)
 	}
 	/* a directory of more entries than a buffer holds (a /tmp of
 	 * thousands) would cost more to read than the opens it saves */
-	while ((k = getdents64(fd, buf + got, sizeof(buf) - (size_t)got)) > 0)
-		got += k;
+	if (listing_whole(fd))
+		while ((k = getdents64(fd, buf + got, sizeof(buf) - (size_t)got)) > 0)
+			got += k;
+	else
+		k = -1;
 	close(fd);
 	if (k < 0 || !(l->names = malloc((size_t)got + 1)))
 		return false;
@@ -98,6 +128,20 @@ static const struct dirlisting *list_of(struct dirlist *d, const char *dir, size
 	return l->state == DL_READ ? l : NULL;
 }
 
+/* Whether a case-folding directory could find NAME (N bytes) under
+ * another name L holds: one equal but for ASCII case, or any name where
+ * NAME has bytes beyond ASCII (whose folding is Unicode's). */
+static bool folded_there(const struct dirlisting *l, const char *name, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] >= 0x80)
+			return true;
+	for (const char *s = l->names + 1; s < l->names + l->len; s += strlen(s) + 1)
+		if (strlen(s) == n && !strncasecmp(s, name, n))
+			return true;
+	return false;
+}
+
 /* 1: P (N bytes, absolute, normalised) is there; 0: it is not; -1: the
  * listings cannot tell. */
 static int there(struct dirlist *d, const char *p, size_t n)
@@ -126,17 +170,29 @@ static int there(struct dirlist *d, const char *p, size_t n)
 	name[0] = 0;
 	memcpy(name + 1, p + k, n - k);
 	name[n - k + 1] = 0;
-	return memmem(l->names, l->len, name, n - k + 2) != NULL;
+	if (memmem(l->names, l->len, name, n - k + 2))
+		return 1;
+	return folded_there(l, p + k, n - k) ? -1 : 0;
 }
 
+/* there() for P, a path of at most DEPTH_MAX components (its recursion
+ * is one frame each). */
+#define DEPTH_MAX 64
 int dirlist_there(struct dirlist *d, const char *p)
 {
-	return p[0] == '/' ? there(d, p, strlen(p)) : -1;
+	size_t depth = 0;
+
+	if (p[0] != '/')
+		return -1;
+	for (const char *c = p; (c = strchr(c, '/')); c++)
+		if (++depth > DEPTH_MAX)
+			return -1;
+	return there(d, p, strlen(p));
 }
 
 bool dirlist_real_path(struct dirlist *d, const char *p, char out[PATH_MAX])
 {
-	return p[0] == '/' && there(d, p, strlen(p)) == 0 ? false : pol_real_path(p, out);
+	return dirlist_there(d, p) == 0 ? false : pol_real_path(p, out);
 }
 
 void dirlist_free(struct dirlist *d)

@@ -402,6 +402,7 @@ static void atfork_child(void)
 	range_lock_word = 0;
 	park_lock_word = 0;
 	my_pid = getpid();
+	jseg_owner_forked(my_pid);
 }
 
 

@@ -672,6 +672,20 @@ static void warm_exec_path(void)
 	warm = true;
 }
 
+/* The lanes' owner id (journal.h: jseg_owner_warm), found once in a
+ * process with a session before it forks, for its children to take. */
+static void warm_owner(void)
+{
+	static bool warm HOT_DATA;
+
+	if (warm || !shim.session_open)
+		return;
+	int e = errno;
+	jseg_owner_warm(shim_pid());
+	errno = e;
+	warm = true;
+}
+
 EXPORT pid_t fork(void)
 {
 	uint32_t t = 0;
@@ -703,6 +717,8 @@ EXPORT pid_t fork(void)
 	if (!shim_ready || shim_busy || !starter() || !shim.session_open) {
 		if (shim_ready && !shim_busy && !shim.session_open)
 			session_for_children();
+		if (shim_ready && !shim_busy)
+			warm_owner();
 		pid = REAL(fork)();
 		if (pid == 0)
 			fork_key = 0;   /* a child of a fork child decides nothing */
@@ -711,6 +727,7 @@ EXPORT pid_t fork(void)
 	shim_busy = true;
 	t = tool_call_key();
 	shim_busy = false;
+	warm_owner();
 	pid = REAL(fork)();
 	if (pid == 0) {
 		shim.root = shim.machinery = false;

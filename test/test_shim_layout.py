@@ -14,6 +14,7 @@ files), whose page a process would fault in at start or at exit.
 """
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -102,6 +103,41 @@ def test_a_fork_child_looks_nothing_up_before_it_execs(tmp_path):
     assert len(pids) >= 8, f"only {len(pids)} processes: LD_DEBUG said nothing?"
     found = child_lookups(log)
     assert not found, f"fork children looked these up (txn.c: warm_libc, warm_exec_path): {found}"
+
+
+def test_fork_children_take_the_pid_namespace_from_their_parent(tmp_path):
+    """journal/writer.c owner_id: a process that writes the journal names
+    its pid namespace, which a first look at /proc/self costs a new process
+    some 50 us. A shell finds it once, before its first fork (txn.c:
+    warm_owner), and each fork child takes it from its parent (checked
+    against getppid: state.c atfork_child), subshells' children too: in a
+    session of many forks one stat of /proc/self/ns/pid, where each child
+    that wrote made one. A child in a pid namespace of its own
+    (unshare --pid) finds its own."""
+    if not shutil.which("strace"):
+        pytest.skip("no strace")
+    env = dict(os.environ, LD_PRELOAD=SHIM, FTSBX_JOURNAL=str(tmp_path / "j"), HOME=str(tmp_path),
+               FTSBX_WORKSPACE=str(tmp_path))
+    for k in ("FTSBX_TXN", "FTSBX_ROOT", "FTSBX_POLICY"):
+        env.pop(k, None)
+    script = "for i in 1 2 3 4; do /bin/echo $i > f$i; (/bin/echo s >> f$i; /bin/true); done; /bin/cat f1 f2 > g"
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=newfstatat,stat,statx", "-o", str(tmp_path / "st"),
+                        "bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "g").read_text() == "1\ns\n2\ns\n"
+    log = (tmp_path / "st").read_text()
+    looks = [line for line in log.splitlines() if "/proc/self/ns/pid" in line]
+    writers = {line.split()[0] for line in log.splitlines()}
+    assert len(writers) >= 8, log[-2000:]
+    assert len(looks) == 1, looks
+    if shutil.which("unshare") and os.geteuid() == 0:
+        r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=newfstatat,stat,statx", "-o", str(tmp_path / "st2"),
+                            "bash", "-c", "/bin/echo a > h; unshare --pid --fork /bin/sh -c '/bin/echo b >> h'"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert (tmp_path / "h").read_text() == "a\nb\n"
+        looks = [line for line in (tmp_path / "st2").read_text().splitlines() if "/proc/self/ns/pid" in line]
+        assert len(looks) >= 2, looks
 
 
 def test_no_init_or_fini_function_only_the_arrays():
