@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <ini.h>
 #include "policy.h"
 
 #define POL_MAGIC       0x4c4f5046u     /* "FPOL" */
@@ -260,6 +261,27 @@ int pol_unwrap(char *const argv[], int argc, const char **split);
 /* load.c: collapse "//", "/./", "dir/.." and a trailing '/' in place; the
  * kernel's name of an existing path */
 void pol_normalise(char *p);
+/* inih as load.c reads a policy with it (and tools/ini_table.c the
+ * built-in one at build time): lines of at most POL_MAX_LINE - 2 bytes, no
+ * continuation lines, the first error ends the parse. */
+#define POL_MAX_LINE 4096
+static inline void policy_ini_settings(void)
+{
+	ini_use_stack = false;
+	ini_max_line = POL_MAX_LINE;
+	ini_initial_alloc = POL_MAX_LINE;
+	ini_allow_realloc = false;
+	ini_stop_on_first_error = true;
+	ini_allow_multiline = false;
+}
+
+/* A key = value line of a policy, as inih gave it to the handler, with its
+ * line number: the built-in policy's, parsed at build time (default_tab.h). */
+struct pol_ini_line {
+	int line;
+	const char *section, *key, *value;
+};
+
 bool pol_real_path(const char *p, char out[PATH_MAX]);
 
 /* mounts.c: does the container start ARGV mount a host path the session

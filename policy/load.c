@@ -25,8 +25,9 @@
 #include <arpa/inet.h>
 #include "internal.h"
 #include "default_ini.h"        /* generated from policies/default.ini */
+#include "default_tab.h"        /* its lines, parsed (tools/ini_table.c) */
 
-#define MAX_LINE 4096
+#define MAX_LINE POL_MAX_LINE
 
 struct vec {
 	char *p;
@@ -681,6 +682,26 @@ static char *reader(char *str, int num, void *stream)
 
 static int read_file(const char *file, char **text, size_t *len);
 
+/* The built-in policy's text: its lines were parsed at build time. */
+static bool builtin(const char *text)
+{
+	return text == (const char *)policies_default_ini;
+}
+
+/* The built-in policy's key = value lines (default_tab.h) to the handler,
+ * as ini_parse_stream would hand them: 0, or the line of the first that
+ * failed. */
+static int builtin_lines(struct build *b)
+{
+	for (size_t i = 0; i < sizeof(policies_default_lines) / sizeof(policies_default_lines[0]); i++) {
+		const struct pol_ini_line *l = &policies_default_lines[i];
+		b->line = l->line;
+		if (!handler(b, l->section, l->key, l->value))
+			return l->line;
+	}
+	return 0;
+}
+
 /* Parse TEXT into B as if it stood here (base = ...), then go on. */
 static int parse_nested(struct build *b, const char *file, const char *text, size_t len)
 {
@@ -692,7 +713,7 @@ static int parse_nested(struct build *b, const char *file, const char *text, siz
 		return fail(b, "base policies nested too deeply");
 	b->file = file;
 	b->line = 0;
-	r = ini_parse_stream(reader, &s, handler, b);
+	r = builtin(text) ? builtin_lines(b) : ini_parse_stream(reader, &s, handler, b);
 	if (r > 0 && b->err_line < 0) {
 		b->line = r;
 		fail(b, "syntax error (expected [section], key = value or a comment)");
@@ -997,13 +1018,8 @@ int policy_load_text(struct policy **out, const char *file, const char *text, si
 	vec_reserve(&b->str[P_EXEC], est / 2);
 	vec_reserve(&b->str[P_CORE], est / 8);
 	vec_reserve(&b->tab[PT_DENY], est / 3);
-	ini_use_stack = false;
-	ini_max_line = MAX_LINE;
-	ini_initial_alloc = MAX_LINE;
-	ini_allow_realloc = false;
-	ini_stop_on_first_error = true;
-	ini_allow_multiline = false;
-	r = ini_parse_stream(reader, &s, handler, b);
+	policy_ini_settings();
+	r = builtin(text) ? builtin_lines(b) : ini_parse_stream(reader, &s, handler, b);
 	if (r > 0 && b->err_line < 0) {
 		b->line = r;
 		fail(b, "syntax error (expected [section], key = value or a comment)");

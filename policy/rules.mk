@@ -12,9 +12,16 @@ POLICY_SRC  := $(wildcard policy/*.c)
 POLICY_OBJ  := $(POLICY_SRC:policy/%.c=$(B)/policy/%.o)
 POLICY_LIBS := $(INIH_A)
 
-# policies/default.ini, compiled in as the built-in default.
-$(B)/policy/default_ini.h: policies/default.ini | $(B)/policy
+# policies/default.ini, compiled in as the built-in default: its text, and
+# its key = value lines as inih reads them (tools/ini_table.c, run here).
+$(B)/policy/default_ini.h: policies/default.ini $(B)/policy/default_tab.h | $(B)/policy
 	xxd -i $< | sed 's/^unsigned/static const unsigned/' > $@
+
+$(B)/ini_table: tools/ini_table.c policy/internal.h policy/policy.h | $(B)/policy
+	$(CC) $(BASEFLAGS) -o $@ $< $(INIH_A)
+
+$(B)/policy/default_tab.h: policies/default.ini $(B)/ini_table | $(B)/policy
+	$(B)/ini_table $< policies_default_lines > $@.tmp && mv $@.tmp $@
 
 $(B)/policy/%.o: policy/%.c $(wildcard policy/*.h) $(B)/policy/default_ini.h $(B)/.flags | $(B)/policy
 	$(CC) $(ALLFLAGS) -I$(B)/policy -c -o $@ $<
@@ -44,7 +51,7 @@ policy-unit: $(B)/test/policy_unit
 
 # The parser under libFuzzer, with the sanitizers; test/corpus/policy-seed
 # holds the starting inputs (the shipped policies are copied in).
-fuzz-policy: $(B)/policy/default_ini.h | $(B)/test
+fuzz-policy: $(B)/policy/default_ini.h $(B)/policy/default_tab.h | $(B)/test
 	clang -std=c11 -D_GNU_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -g -O1 \
 	  -fsanitize=fuzzer,address,undefined -I$(B)/policy \
 	  -o $(B)/fuzz_policy test/fuzz_policy.c policy/*.c $(INIH_A)

@@ -29,7 +29,7 @@
 
 static char dir[] = "/tmp/ftsbx-policy-unit-XXXXXX";
 static char file[PATH_MAX];
-static char err[1024];
+static char err[1024], err2[1024];
 
 static void write_file(const char *path, const char *text)
 {
@@ -1408,6 +1408,45 @@ static void test_shipped_policies_load(void **state)
 	}
 }
 
+/* The built-in policy's lines come parsed from the build (default_tab.h):
+ * the block is byte for byte the one inih's parse of the same text makes,
+ * at run time, under the same name; and so is one with it as its base. */
+static void test_builtin_lines_parse_as_the_text(void **state)
+{
+	char p[PATH_MAX], *text = NULL;
+	struct policy *a, *b;
+	const void *pa, *pb;
+	size_t na, nb, len = 0;
+	FILE *f;
+
+	(void)state;
+	snprintf(p, sizeof(p), "%s/policies/default.ini", getenv("FTSBX_SRC") ?: ".");
+	assert_non_null(f = fopen(p, "r"));
+	text = malloc(1 << 20);
+	len = fread(text, 1, 1 << 20, f);
+	fclose(f);
+	assert_true(len > 1000);
+	assert_int_equal(policy_load(&a, NULL, err, sizeof(err)), 0);
+	assert_int_equal(policy_load_text(&b, "<built-in>", text, len, err, sizeof(err)), 0);
+	policy_blob(a, &pa, &na);
+	policy_blob(b, &pb, &nb);
+	assert_int_equal(na, nb);
+	assert_memory_equal(pa, pb, na);
+	policy_free(a);
+	policy_free(b);
+	/* an error in a line of the built-in one names its line: HOME unset */
+	char *home = getenv("HOME") ? strdup(getenv("HOME")) : NULL;
+	unsetenv("HOME");
+	assert_int_not_equal(policy_load(&a, NULL, err, sizeof(err)), 0);
+	assert_int_not_equal(policy_load_text(&b, "<built-in>", text, len, err2, sizeof(err2)), 0);
+	assert_string_equal(err, err2);
+	assert_non_null(strstr(err, "<built-in>:"));
+	if (home)
+		setenv("HOME", home, 1);
+	free(home);
+	free(text);
+}
+
 /* --- cost -------------------------------------------------------------------------------------- */
 
 /*
@@ -1678,6 +1717,7 @@ int main(void)
 		cmocka_unit_test(test_blob_parts_checked_when_needed),
 		cmocka_unit_test(test_exec_rule_filters),
 		cmocka_unit_test(test_shipped_policies_load),
+		cmocka_unit_test(test_builtin_lines_parse_as_the_text),
 		cmocka_unit_test(test_read_filters_against_reference),
 		cmocka_unit_test(test_read_filters_at_every_position),
 		cmocka_unit_test(test_workspace_checks_allow_and_print_their_speed),
