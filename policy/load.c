@@ -328,15 +328,53 @@ bool pol_real_path(const char *p, char out[PATH_MAX])
 	return true;
 }
 
+/* The end of the alternative of a path pattern that starts at S: its first
+ * '|' outside a [...], or its end. */
+static const char *alt_end(const char *s)
+{
+	int depth = 0;
+
+	for (; *s && (*s != '|' || depth); s++)
+		if (*s == '[')
+			depth++;
+		else if (*s == ']' && depth)
+			depth--;
+	return s;
+}
+
+static int add_one_path(struct build *b, int kind, const char *key, const char *value, uint32_t rule);
+
+/* A path key: each of its alternatives (a|b) an entry of its own, with the
+ * line's rule text. */
 static int add_path(struct build *b, int kind, const char *key, const char *value)
 {
-	char p[PATH_MAX], real[PATH_MAX];
+	char alt[MAX_LINE];
 	uint32_t rule = add_rule(b, "paths", key, value);
+	int r = 1;
+
+	if (bad_pattern(b, value))
+		return 0;
+	for (const char *a = value, *e;; a = e + 1) {
+		e = alt_end(a);
+		if ((size_t)(e - a) >= sizeof(alt))
+			return fail(b, "path pattern too long");
+		memcpy(alt, a, (size_t)(e - a));
+		alt[e - a] = 0;
+		if ((r = add_one_path(b, kind, key, alt, rule)) <= 0 || !*e)
+			return r;
+	}
+}
+
+static int add_one_path(struct build *b, int kind, const char *key, const char *value, uint32_t rule)
+{
+	char p[PATH_MAX], real[PATH_MAX];
 
 	if (expand(b, value, p) || bad_pattern(b, p))
 		return 0;
 	if (!*p)
 		return fail(b, "empty path for %s", key);
+	if (*alt_end(p) && glob_has_magic(p, strlen(p)))
+		return fail(b, "'|' in the path pattern '%s' (from a variable?): write [|] for the character", p);
 	pol_normalise(p);
 	if (kind == PK_WRITABLE && p[0] != '/')
 		return fail(b, "writable root '%s' is not an absolute path", p);

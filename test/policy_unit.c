@@ -193,6 +193,36 @@ static void test_error_paths(void **state)
 	fails("[paths]\nhidden = $\n", 2, "bad variable reference");
 }
 
+/* A path key's alternatives (a|b) are entries of their own, under the
+ * line's rule; '[|]' is the character; a '|' a variable brought into a
+ * pattern is an error (it would cut the pattern short). */
+static void test_path_alternatives(void **state)
+{
+	struct policy *pol = load("[paths]\nwritable = /w\nhidden = /w/*.pem|/w/k/*.key|.env*|/w/lit\n"
+				  "protected = /w/a[|]b*|/w/c\n");
+	static const struct { const char *p; bool write; enum pverdict v; } cases[] = {
+		{ "/w/x.pem", false, PV_DENY }, { "/w/k/x.key", false, PV_DENY }, { "/w/x.key", false, PV_ALLOW },
+		{ "/w/d/.env.local", false, PV_DENY }, { "/w/lit/f", false, PV_DENY }, { "/w/litx", false, PV_ALLOW },
+		{ "/w/a|b1", true, PV_DENY }, { "/w/ab1", true, PV_ALLOW }, { "/w/c/f", true, PV_DENY },
+		{ "/w/x.pem|/w/k", false, PV_ALLOW },
+	};
+
+	(void)state;
+	assert_non_null(pol);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		print_message("%s %s\n", cases[i].write ? "write" : "read", cases[i].p);
+		assert_int_equal(path(pol, cases[i].p, cases[i].write), cases[i].v);
+	}
+	const char *why;
+	assert_int_equal(policy_path(pol, "/w/k/y.key", false, &why), PV_DENY);
+	assert_non_null(strstr(why, "hidden = /w/*.pem|/w/k/*.key"));
+	policy_free(pol);
+	setenv("FTSBX_UNIT_PIPE", "a|b", 1);
+	fails("[paths]\nhidden = /w/$FTSBX_UNIT_PIPE*\n", 2, "'|' in the path pattern");
+	unsetenv("FTSBX_UNIT_PIPE");
+	fails("[paths]\nhidden = /w/*.pem|\n", 2, "empty alternative");
+}
+
 static void test_error_home_unset(void **state)
 {
 	(void)state;
@@ -1677,6 +1707,7 @@ int main(void)
 		cmocka_unit_test(test_error_key_outside_section),
 		cmocka_unit_test(test_error_bad_values),
 		cmocka_unit_test(test_error_paths),
+		cmocka_unit_test(test_path_alternatives),
 		cmocka_unit_test(test_error_home_unset),
 		cmocka_unit_test(test_error_commands),
 		cmocka_unit_test(test_error_network),
