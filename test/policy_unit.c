@@ -1669,6 +1669,40 @@ static void test_read_filters_at_every_position(void **state)
 	}
 }
 
+/* glob_any passes over an alternative that cannot match at its first byte
+ * (policy/glob.c): the same answers as glob_match tried on every one, on
+ * random lists and strings of the bytes that matter. */
+static void test_glob_any_against_each_alternative(void **state)
+{
+	static const char alpha[] = "ab*?[]|!/";
+	unsigned long long seed = 0x9e3779b97f4a7c15ull;
+	long yes = 0;
+
+	(void)state;
+	for (int i = 0; i < 200000; i++) {
+		char pat[16], str[8];
+		seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+		size_t pn = seed % 12, sn = (seed >> 8) % 6;
+		for (size_t k = 0; k < pn; k++)
+			pat[k] = alpha[(seed >> (16 + 3 * k)) % 9];
+		pat[pn] = 0;
+		for (size_t k = 0; k < sn; k++)
+			str[k] = alpha[(seed >> (40 + 4 * k)) % 9 == 6 ? 0 : (seed >> (40 + 4 * k)) % 9];
+		str[sn] = 0;
+		sn = strlen(str);
+		for (int slash = 0; slash < 2; slash++) {
+			bool want = false;
+			for (const char *p = pat; p && !want; p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL)
+				want = glob_match(p, str, sn, slash);
+			if (glob_any(pat, str, sn, slash) != want)
+				fail_msg("glob_any('%s', '%s', %d) != %d", pat, str, slash, want);
+			yes += want;
+		}
+	}
+	print_message("%ld matches\n", yes);
+	assert_true(yes > 1000);
+}
+
 static double ns_per(struct timespec a, struct timespec b, long n)
 {
 	return ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n;
@@ -1751,6 +1785,7 @@ int main(void)
 		cmocka_unit_test(test_builtin_lines_parse_as_the_text),
 		cmocka_unit_test(test_read_filters_against_reference),
 		cmocka_unit_test(test_read_filters_at_every_position),
+		cmocka_unit_test(test_glob_any_against_each_alternative),
 		cmocka_unit_test(test_workspace_checks_allow_and_print_their_speed),
 	};
 
